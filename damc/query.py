@@ -1,0 +1,102 @@
+"""The two texts the scorer reads: the decision query and the card rendering (versioned together).
+
+The scorer never sees the gold action. Its query is a fixed rendering of what is known at decision
+time — the latest user message, the last few turns (short) and the names of the available tools —
+and each card is rendered by `render_card`. Training and inference must use the same renderings, so
+`RENDER_VERSION` is written into every exported scorer (`damc_scorer.json`) and checked on load.
+Both renderings are domain-agnostic: no tool- or dataset-specific wording.
+
+Example:
+    >>> q = render_decision_query(messages[:k], tools)
+    >>> texts = [render_card(c) for c in cards]
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from damc.cards import Card
+from damc.data.episodes import message_text, render_action
+
+RENDER_VERSION = "1"
+
+QUERY_USER_CHARS = 400     # latest user message, truncated
+QUERY_TURN_CHARS = 160     # each recent message after it, truncated
+QUERY_RECENT = 3           # how many recent messages after the latest user message
+CARD_CHARS = 480           # card rendering, truncated (the cross-encoder sees ≤ 256 tokens anyway)
+
+
+def _clip(s: str, n: int) -> str:
+    s = " ".join(str(s).split())
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def tool_names(tools: list[dict[str, Any]] | None) -> list[str]:
+    """Function names from OpenAI tool schemas (or bare {"name": ...} dicts)."""
+    return [t.get("function", t).get("name", "") for t in tools or [] if isinstance(t, dict)]
+
+
+def _turn_text(m: dict[str, Any]) -> str:
+    role = m.get("role")
+    if role == "assistant":
+        return "assistant: " + render_action(m)
+    if role == "tool":
+        return "tool: " + message_text(m)
+    return f"{role}: " + message_text(m)
+
+
+def render_decision_query(context_messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
+    """The scorer's query for the decision that follows `context_messages`.
+
+    Args:
+        context_messages: every message before the decision (OpenAI format).
+        tools: the tools available at the decision.
+    """
+    last_user = None
+    for i in range(len(context_messages) - 1, -1, -1):
+        if context_messages[i].get("role") == "user":
+            last_user = i
+            break
+    parts = []
+    if last_user is not None:
+        parts.append("user: " + _clip(message_text(context_messages[last_user]), QUERY_USER_CHARS))
+        recent = context_messages[last_user + 1:][-QUERY_RECENT:]
+    else:
+        recent = [m for m in context_messages if m.get("role") != "system"][-QUERY_RECENT:]
+    parts += [_clip(_turn_text(m), QUERY_TURN_CHARS) for m in recent]
+    names = tool_names(tools)
+    if names:
+        parts.append("tools: " + ", ".join(names))
+    return "\n".join(parts)
+
+
+def render_card(card: Card, max_chars: int = CARD_CHARS) -> str:
+    """The scorer's text for one card: kind tag, call and status first, then the payload."""
+    if card.tool_name:
+        head = f"[{card.kind}] {card.call_text}"
+        if card.is_error and card.error:
+            code, msg = card.error.get("code"), card.error.get("message")
+            head += " failed: " + " ".join(str(x) for x in (code, msg) if x not in (None, ""))
+        body = card.result_text
+        text = f"{head} -> {body}" if body else head
+    else:
+        text = f"[{card.kind}] {card.raw_text}"
+    return _clip(text, max_chars)
+
+
+def render_tools_brief(tools: list[dict[str, Any]] | None) -> str:
+    """Compact one-line-per-tool listing: `name(param, param?) - description`."""
+    lines = []
+    for t in tools or []:
+        fn = t.get("function", t)
+        params = (fn.get("parameters") or {}).get("properties") or {}
+        req = set((fn.get("parameters") or {}).get("required") or [])
+        sig = ", ".join(p if p in req else p + "?" for p in params)
+        desc = _clip(fn.get("description", ""), 120)
+        lines.append(f"{fn.get('name')}({sig})" + (f" - {desc}" if desc else ""))
+    return "\n".join(lines)
+
+
+def dumps(x: Any) -> str:
+    return x if isinstance(x, str) else json.dumps(x, ensure_ascii=False)
