@@ -1,0 +1,576 @@
+"""BFCL multi-turn replay: real agent trajectories with real tool outputs.
+
+The Berkeley Function Calling Leaderboard package (`bfcl-eval`, Apache-2.0) ships multi-turn test
+entries (user turns + the classes involved + their initial state), the ground-truth call strings of
+every turn, the function docs, and executable Python backends (file system, messaging, trading,
+travel, vehicle, tickets, math, posting). This module replays the ground truth through *fresh*
+backend instances, one set per episode, and writes what happened as a DAMC `Episode` in the OpenAI
+chat format: system prompt, then per BFCL turn the user message, one assistant message per
+ground-truth step with its `tool_calls`, and one `tool` message per call with the backend's result.
+
+Call strings are parsed with `ast` (a single `name(arg, key=literal, ...)` call, literals only) and
+dispatched to public methods of the involved backend instances; nothing is ever `eval`-ed.
+
+Scenario ids are shared across categories (`multi_turn_base_12` and `multi_turn_long_context_12` are
+the same scenario), so splits hash the scenario number: a scenario lands in the same split whatever
+the category.
+
+Example:
+    >>> eps = build_bfcl_episodes("base", limit=2)
+    >>> eps[0].episode_id, eps[0].metadata["scenario"]
+    ('multi_turn_base_0', 0)
+    >>> splits = build_bfcl_splits("long_context", seed=0)
+    >>> sorted(splits)
+    ['dev', 'test', 'train']
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import json
+import logging
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from damc.cards import card_id
+from damc.data.episodes import Episode
+
+logger = logging.getLogger(__name__)
+
+CATEGORIES = ("base", "long_context", "miss_param", "miss_func")
+SPLITS = ("train", "dev", "test")
+
+SYSTEM_PROMPT = (
+    "You are an assistant that completes the user's requests by calling the available tools. "
+    "Work step by step and use the results of earlier calls. If a request lacks information you "
+    "need, ask the user for it; if no available tool can do it, say so."
+)
+# Assistant replies for BFCL turns whose ground truth is empty (BFCL gives no text; these are neutral).
+ASK_MISSING_PARAM_TEXT = "I need a bit more information to do that. Could you provide the missing details?"
+MISSING_FUNCTION_TEXT = "I can't do that with the tools I currently have available."
+NO_ACTION_TEXT = "I can't complete that request with the tools and information available."
+# BFCL's own user text for a turn that only makes withheld functions available (miss_func); used when
+# `bfcl_eval.constants.default_prompts` cannot be imported.
+_ADDITIONAL_FUNCTION_FALLBACK = "I have updated some more functions you can choose from. What about now?"
+
+# Gorilla type names -> JSON Schema types (as in bfcl_eval.constants.type_mappings.GORILLA_TO_OPENAPI).
+_TYPE_MAP = {
+    "integer": "integer", "int": "integer", "number": "number", "float": "number", "double": "number",
+    "string": "string", "str": "string", "boolean": "boolean", "bool": "boolean", "array": "array",
+    "list": "array", "tuple": "array", "dict": "object", "object": "object", "any": "string",
+}
+_MIN_KEY_LEN = 3  # shortest literal (chars) that can make a card "key" for a decision
+
+
+class BFCLCallParseError(ValueError):
+    """A ground-truth call string that is not a single `name(literal, key=literal, ...)` call."""
+
+
+@dataclass(frozen=True)
+class ParsedCall:
+    """One parsed call string.
+
+    Attributes:
+        name: the called function's name.
+        args: positional literal arguments.
+        kwargs: keyword literal arguments, in source order.
+    """
+
+    name: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------- package access
+
+def _bfcl_env() -> None:
+    """Point BFCL's project root away from site-packages before anything of bfcl_eval is imported.
+
+    `bfcl_eval.constants.eval_config` creates `result/`, `score/` and `.file_locks/` under
+    `BFCL_PROJECT_ROOT` (default: site-packages itself) when imported. We never import it, but a
+    transitive import by a future version must not write into the installed tree.
+    """
+    os.environ.setdefault("BFCL_PROJECT_ROOT", str(Path(tempfile.gettempdir()) / "damc-bfcl"))
+
+
+def bfcl_package_dir() -> Path:
+    """Directory of the installed `bfcl_eval` package (located without importing it).
+
+    Raises:
+        ImportError: when `bfcl-eval` is not installed (`pip install --no-deps bfcl-eval`).
+    """
+    spec = importlib.util.find_spec("bfcl_eval")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("bfcl-eval is not installed: pip install --no-deps bfcl-eval")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _import_bfcl(module: str) -> Any:
+    _bfcl_env()
+    return importlib.import_module(module)
+
+
+def _backend_config() -> Any:
+    return _import_bfcl("bfcl_eval.constants.executable_backend_config")
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    with path.open(encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def scenario_of(bfcl_id: str) -> int:
+    """The scenario number of a BFCL id (`multi_turn_long_context_12` -> 12)."""
+    m = re.search(r"_(\d+)$", bfcl_id)
+    if not m:
+        raise ValueError(f"not a BFCL multi-turn id: {bfcl_id!r}")
+    return int(m.group(1))
+
+
+def load_bfcl_entries(category: str, limit: int | None = None) -> list[dict[str, Any]]:
+    """BFCL multi-turn test entries of a category with their `ground_truth`, ordered by scenario.
+
+    Args:
+        category: one of `CATEGORIES`.
+        limit: keep only the first `limit` scenarios (None: all).
+    """
+    if category not in CATEGORIES:
+        raise ValueError(f"unknown BFCL category {category!r}; expected one of {', '.join(CATEGORIES)}")
+    data = bfcl_package_dir() / "data"
+    entries = _read_jsonl(data / f"BFCL_v4_multi_turn_{category}.json")
+    answers = {a["id"]: a["ground_truth"] for a in _read_jsonl(data / "possible_answer" /
+                                                                  f"BFCL_v4_multi_turn_{category}.json")}
+    out = []
+    for e in sorted(entries, key=lambda e: scenario_of(e["id"])):
+        if e["id"] not in answers:
+            raise ValueError(f"no ground truth for {e['id']}")
+        if len(answers[e["id"]]) != len(e["question"]):
+            raise ValueError(f"{e['id']}: {len(e['question'])} turns but {len(answers[e['id']])} ground-truth turns")
+        out.append({**e, "ground_truth": answers[e["id"]]})
+    return out[:limit] if limit is not None else out
+
+
+def load_func_docs(class_name: str) -> list[dict[str, Any]]:
+    """The BFCL function docs (Gorilla schema) of one backend class."""
+    mapping = _backend_config().MULTI_TURN_FUNC_DOC_FILE_MAPPING
+    return _read_jsonl(bfcl_package_dir() / "data" / "multi_turn_func_doc" / mapping[class_name])
+
+
+def _convert_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """A Gorilla parameter schema as JSON Schema (types mapped, recursively; `response` dropped)."""
+    out: dict[str, Any] = {"type": _TYPE_MAP.get(str(schema.get("type", "string")), "string")}
+    if "description" in schema:
+        out["description"] = schema["description"]
+    if "properties" in schema:
+        out["properties"] = {k: _convert_schema(v) for k, v in schema["properties"].items()}
+    if "items" in schema:
+        out["items"] = _convert_schema(schema["items"])
+    out.update({k: copy.deepcopy(v) for k, v in schema.items() if k not in out and k not in ("type", "response")})
+    return out
+
+
+def to_openai_tool(doc: dict[str, Any]) -> dict[str, Any]:
+    """One BFCL function doc as an OpenAI tool schema (name, description, parameters)."""
+    params = _convert_schema({**(doc.get("parameters") or {}), "type": "dict"})
+    params.setdefault("properties", {})
+    return {"type": "function", "function": {"name": doc["name"], "description": doc.get("description", ""),
+                                             "parameters": params}}
+
+
+# ----------------------------------------------------------------------------- parsing and replay
+
+def parse_call(text: str) -> ParsedCall:
+    """Parse one BFCL call string with `ast`, accepting only `name(literal, ..., key=literal, ...)`.
+
+    Nothing is evaluated: the callee must be a bare name and every argument a Python literal
+    (`ast.literal_eval` on its node), so `__import__('os').system('x')` or `f(g())` are rejected.
+
+    Raises:
+        BFCLCallParseError: the string is not such a call (the message says why).
+    """
+    try:
+        node = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError as e:
+        raise BFCLCallParseError(f"not a Python expression: {text!r} ({e.msg})") from None
+    if not isinstance(node, ast.Call):
+        raise BFCLCallParseError(f"not a function call: {text!r}")
+    if not isinstance(node.func, ast.Name):
+        raise BFCLCallParseError(f"callee must be a plain function name, got {ast.unparse(node.func)!r} in {text!r}")
+    name = node.func.id
+    if name.startswith("_"):
+        raise BFCLCallParseError(f"private or dunder function {name!r} is not allowed: {text!r}")
+
+    def literal(arg: ast.AST) -> Any:
+        if isinstance(arg, ast.Starred):
+            raise BFCLCallParseError(f"*args are not allowed: {text!r}")
+        try:
+            return ast.literal_eval(arg)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            raise BFCLCallParseError(f"argument {ast.unparse(arg)!r} is not a literal in {text!r}") from None
+
+    args = tuple(literal(a) for a in node.args)
+    kwargs: dict[str, Any] = {}
+    for kw in node.keywords:
+        if kw.arg is None:
+            raise BFCLCallParseError(f"**kwargs are not allowed: {text!r}")
+        kwargs[kw.arg] = literal(kw.value)
+    return ParsedCall(name, args, kwargs)
+
+
+def parse_calls(text: str) -> list[ParsedCall]:
+    """Parse a call string holding one call or a list of calls (`[f(a=1), g(b=2)]`, BFCL's output format).
+
+    Raises:
+        BFCLCallParseError: any element is not an allowed call (see `parse_call`).
+    """
+    try:
+        node = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError as e:
+        raise BFCLCallParseError(f"not a Python expression: {text!r} ({e.msg})") from None
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [parse_call(ast.unparse(elt)) for elt in node.elts]
+    return [parse_call(text)]
+
+
+def _json_safe(value: Any) -> Any:
+    """Round-trip through JSON (tuples -> lists); anything non-serialisable becomes its str()."""
+    try:
+        return json.loads(json.dumps(value, ensure_ascii=False, default=str))
+    except (TypeError, ValueError):
+        return str(value)
+
+
+class BFCLBackends:
+    """Fresh instances of the backend classes of one episode, and a safe dispatcher over them.
+
+    Args:
+        involved_classes: BFCL class names (e.g. `["GorillaFileSystem", "TwitterAPI"]`).
+        initial_config: the entry's `initial_config` (deep-copied per class).
+        long_context: passed to each class's `_load_scenario` (BFCL's long-context category).
+
+    Example:
+        >>> be = BFCLBackends(["MathAPI"], {})
+        >>> be.call(parse_call("add(a=2, b=3)"))
+        ({'a': 2, 'b': 3}, {'result': 5}, None)
+    """
+
+    def __init__(self, involved_classes: list[str], initial_config: dict[str, Any], long_context: bool = False):
+        cfg = _backend_config()
+        self.instances: dict[str, Any] = {}
+        self.methods: dict[str, Any] = {}  # method name -> bound method (later classes win, as in BFCL)
+        for cls_name in involved_classes:
+            module = _import_bfcl(cfg.CLASS_FILE_PATH_MAPPING[cls_name])
+            instance = getattr(module, cls_name)()
+            if cls_name not in cfg.STATELESS_CLASSES:
+                instance._load_scenario(copy.deepcopy(initial_config.get(cls_name, {})), long_context=long_context)
+            self.instances[cls_name] = instance
+            for name, method in inspect.getmembers(instance, predicate=inspect.ismethod):
+                if not name.startswith("_"):
+                    self.methods[name] = method
+
+    def named_arguments(self, call: ParsedCall) -> dict[str, Any]:
+        """The call's arguments by parameter name (positional ones named from the method signature)."""
+        method = self.methods.get(call.name)
+        if method is not None and call.args:
+            try:
+                return dict(inspect.signature(method).bind(*call.args, **call.kwargs).arguments)
+            except TypeError:
+                pass
+        named = {f"arg{i}": a for i, a in enumerate(call.args)}
+        named.update(call.kwargs)
+        return named
+
+    def call(self, call: ParsedCall) -> tuple[dict[str, Any], Any, str | None]:
+        """Run one parsed call on the backend that owns it.
+
+        Returns:
+            (named arguments, JSON-safe result, error message or None). A raised exception or an
+            unknown function gives result `{"error": "..."}` and the same message as error.
+        """
+        args = self.named_arguments(call)
+        method = self.methods.get(call.name)
+        if method is None:
+            err = f"unknown function {call.name!r} for classes {', '.join(self.instances)}"
+            return args, {"error": err}, err
+        try:
+            result = method(*call.args, **call.kwargs)
+        except Exception as e:  # a backend bug or bad ground truth; recorded, never fatal
+            err = f"{type(e).__name__}: {e}"
+            return args, {"error": err}, err
+        return args, _json_safe(result), None
+
+
+# ----------------------------------------------------------------------------- episodes
+
+def _additional_function_prompt() -> str:
+    try:
+        return _import_bfcl("bfcl_eval.constants.default_prompts").DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC
+    except (ImportError, AttributeError):
+        return _ADDITIONAL_FUNCTION_FALLBACK
+
+
+def _literals(value: Any) -> list[Any]:
+    """Scalar leaves (str / int / float, no bools) of an argument value."""
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _literals(v)]
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in _literals(v)]
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return []
+    return [value]
+
+
+def _value_pattern(value: Any) -> re.Pattern[str] | None:
+    """A regex finding `value` as a whole token in text, or None when the value is too short."""
+    if isinstance(value, str):
+        s = value.strip()
+        if len(s) < _MIN_KEY_LEN:
+            return None
+        return re.compile(r"(?<![A-Za-z0-9_])" + re.escape(s) + r"(?![A-Za-z0-9_])")
+    forms = {str(value)}
+    if isinstance(value, float) and value.is_integer():
+        forms.add(str(int(value)))
+    forms = {f for f in forms if len(f.lstrip("-")) >= _MIN_KEY_LEN}
+    if not forms:
+        return None
+    alt = "|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True))
+    return re.compile(r"(?<![0-9.])(?:" + alt + r")(?![0-9]|\.[0-9])")
+
+
+def _texts(x: Any) -> list[str]:
+    """Scalar leaves and keys of a parsed tool result, as strings."""
+    if isinstance(x, dict):
+        return [t for k, v in x.items() for t in [str(k), *_texts(v)]]
+    if isinstance(x, list):
+        return [t for v in x for t in _texts(v)]
+    return [] if x is None else [str(x)]
+
+
+def key_card_ids(episode_id: str, messages: list[dict[str, Any]], tool_names: set[str]) -> dict[str, list[str]]:
+    """Cards each tool-call decision depends on: where its gold literals first appeared.
+
+    For every assistant message `k` with tool calls, each literal argument value (string or number,
+    at least 3 characters, not a tool name) is looked up in the candidate cards of `k` — user messages
+    and tool results in `messages[1:u]`, `u` the last user message before `k`. The earliest card that
+    contains it as a whole token is a key card, unless the value also occurs in the current turn
+    (`messages[u:k]`, always kept verbatim), which makes history unnecessary for it.
+
+    Returns:
+        `{str(k): [card_id, ...]}` for decisions with at least one key card.
+    """
+    # Searchable texts per message: user content, or the leaves of a tool result with its card id.
+    call_card: dict[str, str] = {}
+    texts: list[tuple[str | None, list[str]]] = []
+    for i, m in enumerate(messages):
+        role = m.get("role")
+        for j, c in enumerate(m.get("tool_calls") or []):
+            call_card[c["id"]] = card_id(episode_id, i, j)
+        if role == "user":
+            texts.append((card_id(episode_id, i), [str(m.get("content") or "")]))
+        elif role == "tool":
+            try:
+                parsed = json.loads(m.get("content") or "null")
+            except (TypeError, json.JSONDecodeError):
+                parsed = m.get("content")
+            texts.append((call_card.get(m.get("tool_call_id", "")), _texts(parsed)))
+        else:
+            texts.append((None, []))
+
+    out: dict[str, list[str]] = {}
+    for k, m in enumerate(messages):
+        if m.get("role") != "assistant" or not m.get("tool_calls"):
+            continue
+        u = next((i for i in range(k - 1, -1, -1) if messages[i].get("role") == "user"), 0)
+        keys: list[str] = []
+        for c in m["tool_calls"]:
+            for value in _literals(json.loads(c["function"]["arguments"] or "{}")):
+                if isinstance(value, str) and value.strip() in tool_names:
+                    continue
+                pat = _value_pattern(value)
+                if pat is None or any(pat.search(t) for _, ts in texts[u:k] for t in ts):
+                    continue
+                for cid, ts in texts[1:u]:
+                    if cid is not None and any(pat.search(t) for t in ts):
+                        if cid not in keys:
+                            keys.append(cid)
+                        break
+        if keys:
+            out[str(k)] = keys
+    return out
+
+
+def _empty_turn_kind(category: str, turn: int, ground_truth: list[list[str]], missed: dict[str, Any]) -> str:
+    """Why a BFCL turn has no ground-truth calls: ask_missing_param | missing_function | no_action."""
+    if category == "miss_func" and str(turn + 1) in missed:
+        return "missing_function"
+    # miss_param removes a needed value from one turn and supplies it in the next; the few empty turns
+    # inherited from base (nothing left to do) are trailing.
+    if category == "miss_param" and any(ground_truth[turn + 1:]):
+        return "ask_missing_param"
+    return "no_action"
+
+
+_EMPTY_TURN_TEXT = {"ask_missing_param": ASK_MISSING_PARAM_TEXT, "missing_function": MISSING_FUNCTION_TEXT,
+                    "no_action": NO_ACTION_TEXT}
+
+
+def build_episode(entry: dict[str, Any], category: str) -> Episode:
+    """Replay one BFCL entry (with `ground_truth`) through fresh backends into an Episode.
+
+    Each ground-truth string of a turn is one step (BFCL turns are flat lists of calls that depend on
+    each other's effects, e.g. `cd` then `mv`), so it becomes one assistant message whose
+    `tool_calls` hold the call(s) it parses to, followed by one `tool` message per call.
+    """
+    ep_id = entry["id"]
+    classes = list(entry["involved_classes"])
+    backends = BFCLBackends(classes, entry.get("initial_config") or {}, long_context=(category == "long_context"))
+    docs = [d for c in classes for d in load_func_docs(c)]
+    tools = [to_openai_tool(d) for d in docs]
+    tool_names = {d["name"] for d in docs}
+    missed: dict[str, list[str]] = {str(k): list(v) for k, v in (entry.get("missed_function") or {}).items()}
+
+    system_extra = [m["content"] for turn in entry["question"] for m in turn if m.get("role") == "system"]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "\n\n".join([SYSTEM_PROMPT, *system_extra])}]
+    turn_starts: list[int] = []
+    empty_turns: dict[str, str] = {}
+    withheld: dict[str, dict[str, int]] = {}
+    call_errors: list[dict[str, Any]] = []
+    n_calls = n_error_results = 0
+
+    for t, (turn, gt) in enumerate(zip(entry["question"], entry["ground_truth"])):
+        turn_starts.append(len(messages))
+        user_msgs = [m for m in turn if m.get("role") != "system"]
+        if not user_msgs and str(t) in missed:
+            # BFCL's inference loop adds the withheld functions here with this fixed user message.
+            user_msgs = [{"role": "user", "content": _additional_function_prompt()}]
+            for name in missed[str(t)]:
+                withheld[name] = {"turn": t, "message_index": len(messages)}
+        for m in user_msgs:
+            messages.append({"role": m.get("role", "user"), "content": m.get("content", "")})
+        if not gt:
+            kind = _empty_turn_kind(category, t, entry["ground_truth"], missed)
+            empty_turns[str(len(messages))] = kind
+            messages.append({"role": "assistant", "content": _EMPTY_TURN_TEXT[kind]})
+            continue
+        for step, text in enumerate(gt):
+            try:
+                calls = parse_calls(text)
+            except BFCLCallParseError as e:
+                call_errors.append({"turn": t, "step": step, "call": text, "error": str(e)})
+                logger.warning("%s turn %d: skipping unparsable ground truth: %s", ep_id, t, e)
+                continue
+            results = []
+            tool_calls = []
+            for j, call in enumerate(calls):
+                args, result, err = backends.call(call)
+                n_calls += 1
+                if err is not None:
+                    call_errors.append({"turn": t, "step": step, "call": text, "error": err})
+                    logger.warning("%s turn %d: %s raised %s", ep_id, t, text, err)
+                elif isinstance(result, dict) and result.get("error"):
+                    n_error_results += 1
+                cid = f"call_{t}_{step}_{j}"
+                tool_calls.append({"id": cid, "type": "function",
+                                   "function": {"name": call.name,
+                                                "arguments": json.dumps(args, ensure_ascii=False, default=str)}})
+                results.append({"role": "tool", "tool_call_id": cid,
+                                "content": json.dumps(result, ensure_ascii=False)})
+            messages.append({"role": "assistant", "content": None, "tool_calls": tool_calls})
+            messages.extend(results)
+
+    metadata = {
+        "source": "bfcl",
+        "bfcl_id": ep_id,
+        "scenario": scenario_of(ep_id),
+        "category": category,
+        "involved_classes": classes,
+        "turn_starts": turn_starts,
+        "empty_turns": empty_turns,
+        "n_calls": n_calls,
+        "n_call_errors": len(call_errors),
+        "call_errors": call_errors,
+        "n_error_results": n_error_results,
+        "key_card_ids": key_card_ids(ep_id, messages, tool_names),
+    }
+    if missed:
+        metadata["missed_function"] = missed
+        metadata["withheld_functions"] = withheld
+    if entry.get("excluded_function"):
+        # BFCL v4 lists these but does not remove them from the tool list; neither do we.
+        metadata["excluded_function"] = list(entry["excluded_function"])
+    return Episode(episode_id=ep_id, domain="bfcl/" + "+".join(classes), tools=tools, messages=messages,
+                   metadata=metadata)
+
+
+def build_bfcl_episodes(category: str, limit: int | None = None) -> list[Episode]:
+    """Replay the ground truth of a BFCL multi-turn category into Episodes.
+
+    Args:
+        category: `base`, `long_context`, `miss_param` or `miss_func`.
+        limit: only the first `limit` scenarios (None: all 200).
+
+    Returns:
+        One Episode per BFCL entry, ordered by scenario number.
+    """
+    entries = load_bfcl_entries(category, limit)
+    episodes = [build_episode(e, category) for e in tqdm(entries, desc=f"bfcl {category}", unit="ep",
+                                                          disable=len(entries) < 20)]
+    n_err = sum(ep.metadata["n_call_errors"] for ep in episodes)
+    logger.info("bfcl %s: %d episodes, %d calls, %d raised errors", category, len(episodes),
+                sum(ep.metadata["n_calls"] for ep in episodes), n_err)
+    return episodes
+
+
+def scenario_split(scenario: int, seed: int = 0, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)) -> str:
+    """The split (`train`/`dev`/`test`) of a scenario number: a stable hash, independent of category."""
+    h = int(hashlib.sha256(f"damc-bfcl:{seed}:{scenario}".encode()).hexdigest()[:15], 16) / 16 ** 15
+    total = sum(fractions)
+    if h < fractions[0] / total:
+        return "train"
+    return "dev" if h < (fractions[0] + fractions[1]) / total else "test"
+
+
+def build_bfcl_splits(category: str, seed: int = 0, limit: int | None = None,
+                      fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)) -> dict[str, list[Episode]]:
+    """Build a category and split it by scenario (the same scenario is in one split in every category).
+
+    Args:
+        category: `base`, `long_context`, `miss_param` or `miss_func`.
+        seed: changes the assignment of scenarios to splits.
+        limit: only the first `limit` scenarios.
+        fractions: train/dev/test shares (approximate: assignment is by hash).
+
+    Returns:
+        `{"train": [...], "dev": [...], "test": [...]}`.
+    """
+    splits: dict[str, list[Episode]] = {s: [] for s in SPLITS}
+    for ep in build_bfcl_episodes(category, limit):
+        splits[scenario_split(ep.metadata["scenario"], seed, fractions)].append(ep)
+    logger.info("bfcl %s splits: %s", category, {k: len(v) for k, v in splits.items()})
+    return splits
+
+
+# The shipped sample (data/samples/bfcl_sample.jsonl): small episodes covering a tool-result key card
+# (a booking id from `book_flight`), an "ask for the missing parameter" turn and a withheld function.
+SAMPLE_IDS = ("multi_turn_base_151", "multi_turn_miss_param_0", "multi_turn_miss_func_4")
+
+
+def sample_episodes(ids: tuple[str, ...] = SAMPLE_IDS) -> list[Episode]:
+    """Rebuild the episodes of the shipped BFCL sample (deterministic: same bytes every run)."""
+    out = []
+    for bfcl_id in ids:
+        category = re.sub(r"^multi_turn_|_\d+$", "", bfcl_id)
+        entry = next(e for e in load_bfcl_entries(category) if e["id"] == bfcl_id)
+        out.append(build_episode(entry, category))
+    return out
