@@ -1,0 +1,217 @@
+"""Decision metrics of the A/B harness (one definition each, see DESIGN.md "Metrics").
+
+Per decision:
+
+* **multiple-choice accuracy** — the gold action has the highest *length-normalised* log-prob
+  (mean log-prob per action token) among the gold and its distractors; a tie counts as wrong;
+* **gold log-prob** — total and per token, under the decision LLM;
+* **exact match** (optional) — a greedy generation names the same tools with the same arguments.
+
+Over decisions: means and medians with 95 % percentile-bootstrap intervals, and a *paired* bootstrap
+of the accuracy difference between two policies on the same decisions.
+
+Example:
+    >>> mc = multiple_choice([np.array([-0.1, -0.2]), np.array([-2.0]), np.array([-1.0, -0.5])])
+    >>> mc.correct, round(mc.gold_logprob, 2)
+    (True, -0.3)
+    >>> bootstrap_ci([1, 0, 1, 1], np.mean, n_boot=200)
+    (0.25, 1.0)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from damc.data.episodes import call_arguments
+
+
+@dataclass
+class MCResult:
+    """Scores of one multiple-choice decision.
+
+    Attributes:
+        correct: the gold has the strictly highest length-normalised log-prob.
+        gold_logprob: total log-prob of the gold action (nats).
+        gold_logprob_per_token: mean log-prob per gold token (nats).
+        n_action_tokens: number of gold action tokens.
+        normalised: length-normalised log-prob of every candidate, gold first.
+        rank: 1 + number of distractors scoring at least as high as the gold.
+    """
+
+    correct: bool
+    gold_logprob: float
+    gold_logprob_per_token: float
+    n_action_tokens: int
+    normalised: list[float]
+    rank: int
+
+
+def multiple_choice(token_logprobs: Sequence[np.ndarray]) -> MCResult:
+    """Score gold (first) against distractors (the rest) from per-token log-probs of each action."""
+    if not token_logprobs or len(token_logprobs[0]) == 0:
+        raise ValueError("need the gold action's per-token log-probs first (at least one token)")
+    norm = [float(np.mean(lp)) if len(lp) else float("-inf") for lp in token_logprobs]
+    gold = norm[0]
+    rank = 1 + sum(1 for x in norm[1:] if x >= gold)
+    total = float(np.sum(token_logprobs[0]))
+    return MCResult(correct=rank == 1, gold_logprob=total, gold_logprob_per_token=gold,
+                    n_action_tokens=int(len(token_logprobs[0])), normalised=norm, rank=rank)
+
+
+# ----------------------------------------------------------------------------- exact match
+
+_CALL_RE = re.compile(r"([A-Za-z_][\w.]*)\((.*)\)\s*$", re.S)
+
+
+def parse_action(text: str) -> list[tuple[str, dict[str, Any]]] | str:
+    """Parse `name(arg=value, ...); name(...)` (canonical action text) into calls, else the stripped text.
+
+    Values are read as JSON where they are JSON, else kept as strings; unparseable text stays text.
+    """
+    text = (text or "").strip()
+    calls = []
+    for part in _split_top(text, ";"):
+        m = _CALL_RE.match(part.strip())
+        if not m:
+            return text
+        args: dict[str, Any] = {}
+        for kv in _split_top(m.group(2), ","):
+            if not kv.strip():
+                continue
+            if "=" not in kv:
+                return text
+            k, v = kv.split("=", 1)
+            try:
+                args[k.strip()] = json.loads(v.strip())
+            except json.JSONDecodeError:
+                args[k.strip()] = v.strip().strip("'\"")
+        calls.append((m.group(1), args))
+    return calls or text
+
+
+def _split_top(s: str, sep: str) -> list[str]:
+    """Split on `sep` outside brackets and quotes."""
+    out, depth, quote, cur = [], 0, None, []
+    for i, ch in enumerate(s):
+        if quote:
+            if ch == quote and s[i - 1] != "\\":
+                quote = None
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == sep and depth == 0:
+            out.append("".join(cur))
+            cur = []
+            continue
+        cur.append(ch)
+    out.append("".join(cur))
+    return out
+
+
+def exact_match(generated: str, gold_message: dict[str, Any]) -> dict[str, bool]:
+    """Tool-name and full (name + arguments) exact match of a generation against the gold message."""
+    gold_calls = [(c["function"]["name"], call_arguments(c)) for c in gold_message.get("tool_calls") or []]
+    pred = parse_action(generated)
+    if not gold_calls:
+        same = isinstance(pred, str) and pred.strip() == (gold_message.get("content") or "").strip()
+        return {"name": isinstance(pred, str), "full": same}
+    if isinstance(pred, str):
+        return {"name": False, "full": False}
+    names = [n for n, _ in pred] == [n for n, _ in gold_calls]
+    return {"name": names, "full": names and all(_norm(a) == _norm(b) for (_, a), (_, b) in zip(pred, gold_calls))}
+
+
+def _norm(args: dict[str, Any]) -> str:
+    return json.dumps(args, sort_keys=True, default=str)
+
+
+# ----------------------------------------------------------------------------- bootstrap
+
+def bootstrap_ci(values: Sequence[float], stat: Callable[[np.ndarray], float] = np.mean, *, n_boot: int = 1000,
+                 alpha: float = 0.05, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of `stat` over `values` (NaN, NaN when empty)."""
+    x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        return (float("nan"), float("nan"))
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, x.size, size=(n_boot, x.size))  # (n_boot, n)
+    if stat is np.mean:
+        stats = x[idx].mean(axis=1)
+    elif stat is np.median:
+        stats = np.median(x[idx], axis=1)
+    else:
+        stats = np.array([stat(x[i]) for i in idx])
+    lo, hi = np.quantile(stats, [alpha / 2, 1 - alpha / 2])
+    return (float(lo), float(hi))
+
+
+def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, n_boot: int = 1000, alpha: float = 0.05,
+                     seed: int = 0) -> dict[str, Any]:
+    """Mean difference `a − b` over paired observations with a percentile-bootstrap interval.
+
+    Returns:
+        {"delta", "ci": [lo, hi], "n", "p_le_0"} — `p_le_0` is the bootstrap share of resamples with
+        delta ≤ 0 (a one-sided check that `a` beats `b`).
+    """
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.shape != b.shape:
+        raise ValueError(f"paired samples differ in length: {a.shape} vs {b.shape}")
+    if a.size == 0:
+        return {"delta": float("nan"), "ci": [float("nan"), float("nan")], "n": 0, "p_le_0": float("nan")}
+    d = a - b
+    rng = np.random.default_rng(seed)
+    boots = d[rng.integers(0, d.size, size=(n_boot, d.size))].mean(axis=1)  # (n_boot,)
+    lo, hi = np.quantile(boots, [alpha / 2, 1 - alpha / 2])
+    return {"delta": float(d.mean()), "ci": [float(lo), float(hi)], "n": int(d.size),
+            "p_le_0": float(np.mean(boots <= 0))}
+
+
+def summarize(records: Sequence[dict[str, Any]], *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """Aggregate per-decision records of one policy@budget into the results.json entry.
+
+    Failed records count in `n_failed` only; every other figure is over the successful decisions.
+    """
+    ok = [r for r in records if not r.get("failed")]
+    acc = [float(r["correct"]) for r in ok]
+    glp = [r["gold_logprob"] for r in ok]
+    glpt = [r["gold_logprob_per_token"] for r in ok]
+    tok = [r["prompt_tokens"] for r in ok]
+    out: dict[str, Any] = {
+        "accuracy": float(np.mean(acc)) if acc else float("nan"),
+        "accuracy_ci": list(bootstrap_ci(acc, np.mean, n_boot=n_boot, seed=seed)),
+        "gold_logprob": float(np.median(glp)) if glp else float("nan"),
+        "gold_logprob_ci": list(bootstrap_ci(glp, np.median, n_boot=n_boot, seed=seed)),
+        "gold_logprob_per_token": float(np.median(glpt)) if glpt else float("nan"),
+        "prompt_tokens": float(np.median(tok)) if tok else float("nan"),
+        "prompt_tokens_ci": list(bootstrap_ci(tok, np.median, n_boot=n_boot, seed=seed)),
+        "prompt_tokens_mean": float(np.mean(tok)) if tok else float("nan"),
+        "overhead_ms_p50": _p(ok, "overhead_ms", 50),
+        "overhead_ms_p95": _p(ok, "overhead_ms", 95),
+        "llm_ms_p50": _p(ok, "llm_ms", 50),
+        "n_decisions": len(ok),
+        "n_failed": len(records) - len(ok),
+    }
+    keyed = [r for r in ok if r.get("key_card_ids")]
+    if keyed:
+        out["key_recall"] = float(np.mean([len(set(r["key_card_ids"]) & set(r["kept_card_ids"]))
+                                           / len(r["key_card_ids"]) for r in keyed]))
+        out["accuracy_key_decisions"] = float(np.mean([float(r["correct"]) for r in keyed]))
+        out["n_key_decisions"] = len(keyed)
+    em = [r["exact_match"] for r in ok if r.get("exact_match") is not None]
+    if em:
+        out["exact_match_name"] = float(np.mean([e["name"] for e in em]))
+        out["exact_match"] = float(np.mean([e["full"] for e in em]))
+    return out
+
+
+def _p(records: Sequence[dict[str, Any]], key: str, q: float) -> float:
+    xs = [r[key] for r in records if r.get(key) is not None]
+    return float(np.percentile(xs, q)) if xs else float("nan")
