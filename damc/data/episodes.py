@@ -10,9 +10,9 @@ multiple-choice distractors.
 
 Example:
     >>> eps = load_episodes("data/samples/synthetic_sample.jsonl")
-    >>> dp = decision_points(eps[0])[3]
-    >>> render_action(dp.gold)
-    'get_order(order_id="88412")'
+    >>> dp = decision_points(eps[0], tool_calls_only=True)[0]
+    >>> render_action(dp.gold)          # e.g. 'lookup_customer(email="...")'
+    >>> make_distractors(dp.episode, dp.index, n=3)
 """
 
 from __future__ import annotations
@@ -207,6 +207,9 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file normal permissions
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
