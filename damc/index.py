@@ -1,0 +1,328 @@
+"""FAISS index of card embeddings, persisted beside the SQLite store and rebuilt from it when needed.
+
+The index holds one vector per *hot* card (FAISS id = the card's store rowid), embedded from
+`damc.query.render_card(card)` with any sentence encoder (default `minilm-l6`, cosine similarity via
+normalised inner product). It is a cache of the store, never the source of truth:
+
+* the file (`cards.faiss`) is one blob — magic, a JSON header with the store stamp (hot card count,
+  max rowid, change counter `seq`), the encoder name, dimension and a CRC32 — then the serialised FAISS
+  index. It is written to a temp file and renamed, so a reader never sees half a file;
+* on open, a missing file, a CRC/parse failure, another encoder, or a stamp the store cannot have
+  produced (e.g. a newer `seq` than the store's) triggers a full rebuild from SQLite; a merely *stale*
+  file (older `seq`) is caught up from the rows changed since;
+* vectors are cached in the store's `embeddings` table, so rebuilds re-encode only what changed.
+
+Index type: exact `flat` inner product (fast up to a few hundred thousand cards) or `ivf` (inverted
+lists, trained on the cards; `auto` switches at `ivf_min_cards`). Both support removal, which
+archiving needs.
+
+Example:
+    >>> index = CardIndex(store, encoder="minilm-l6", path="runs/mem/cards.faiss")
+    >>> index.sync()
+    >>> rowids, sims = index.search_text("user: where is order 88412?", k=20)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+import tempfile
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from damc.store import CardStore
+
+logger = logging.getLogger(__name__)
+
+MAGIC = b"DAMCIDX1"
+
+
+@dataclass
+class IndexConfig:
+    """FAISS index settings.
+
+    Attributes:
+        index_type: "flat" (exact), "ivf" (inverted lists) or "auto" (ivf once there are `ivf_min_cards`).
+        ivf_min_cards: card count from which "auto" builds an IVF index at (re)build time.
+        nlist: IVF lists; 0 picks ~4·sqrt(n) (clipped to [64, 4096]).
+        nprobe: IVF lists searched per query (recall vs. latency).
+        encode_batch: cards per encoder batch.
+        save_interval_s: persist at most this often after incremental changes (0 = after every sync);
+            the index is a cache of SQLite, so a lost save costs only re-adding the newest cards.
+    """
+
+    index_type: str = "auto"
+    ivf_min_cards: int = 200_000
+    nlist: int = 0
+    nprobe: int = 16
+    encode_batch: int = 128
+    save_interval_s: float = 30.0
+
+
+class IndexCorruptError(RuntimeError):
+    """The index file exists but cannot be trusted (bad magic, CRC, header or FAISS payload)."""
+
+
+def new_faiss_index(dim: int, n_expected: int, config: IndexConfig | None = None) -> Any:
+    """An empty FAISS index with ids, inner-product metric, of the configured type (IVF is untrained)."""
+    import faiss
+
+    config = config or IndexConfig()
+    kind = config.index_type
+    if kind == "auto":
+        kind = "ivf" if n_expected >= config.ivf_min_cards else "flat"
+    if kind == "flat":
+        return faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
+    if kind == "ivf":
+        nlist = config.nlist or int(min(4096, max(64, 4 * np.sqrt(max(n_expected, 1)))))
+        quantizer = faiss.IndexFlatIP(dim)
+        index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        index.nprobe = config.nprobe
+        return index
+    raise ValueError(f"unknown index_type {config.index_type!r}; expected flat|ivf|auto")
+
+
+def train_if_needed(index: Any, vectors: np.ndarray, seed: int = 0) -> None:
+    """Train an IVF index on (a sample of) the vectors; no-op for flat indexes."""
+    if getattr(index, "is_trained", True):
+        return
+    nlist = index.nlist
+    n_train = min(len(vectors), max(nlist * 64, 10_000))
+    rng = np.random.default_rng(seed)
+    sample = vectors[rng.choice(len(vectors), n_train, replace=False)] if n_train < len(vectors) else vectors
+    if len(sample) < nlist:  # too few points for this many lists: repeat with noise-free copies
+        sample = np.concatenate([sample] * (nlist // max(len(sample), 1) + 1))
+    index.train(np.ascontiguousarray(sample, dtype=np.float32))
+
+
+def write_index_file(path: str | os.PathLike, index: Any, header: dict[str, Any]) -> None:
+    """Write magic + header (with CRC32) + serialised index to a temp file, then rename over `path`."""
+    import faiss
+
+    payload = faiss.serialize_index(index).tobytes()
+    head = json.dumps({**header, "crc32": zlib.crc32(payload), "payload_len": len(payload)}).encode()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(MAGIC + struct.pack("<Q", len(head)) + head + payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_index_file(path: str | os.PathLike) -> tuple[Any, dict[str, Any]]:
+    """Read a file written by `write_index_file`.
+
+    Raises:
+        FileNotFoundError: no file.
+        IndexCorruptError: anything else wrong with it.
+    """
+    import faiss
+
+    blob = Path(path).read_bytes()
+    if len(blob) < len(MAGIC) + 8 or not blob.startswith(MAGIC):
+        raise IndexCorruptError(f"{path}: not a DAMC index file (bad magic)")
+    (n,) = struct.unpack("<Q", blob[len(MAGIC):len(MAGIC) + 8])
+    start = len(MAGIC) + 8
+    try:
+        header = json.loads(blob[start:start + n])
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise IndexCorruptError(f"{path}: unreadable header ({e})") from None
+    payload = blob[start + n:]
+    if len(payload) != header.get("payload_len") or zlib.crc32(payload) != header.get("crc32"):
+        raise IndexCorruptError(f"{path}: payload length/CRC mismatch (truncated or overwritten)")
+    try:
+        index = faiss.deserialize_index(np.frombuffer(payload, dtype=np.uint8))
+    except Exception as e:  # noqa: BLE001 - faiss raises RuntimeError with C++ messages
+        raise IndexCorruptError(f"{path}: FAISS could not read the payload ({e})") from None
+    return index, header
+
+
+class CardIndex:
+    """Card embeddings in FAISS, kept in step with a `CardStore`.
+
+    Args:
+        store: the card store (source of truth).
+        encoder: registry name / path of a sentence encoder, or an object with `.encode(texts, ...)`.
+        path: where to persist the index (None: memory only).
+        config: index settings.
+        encoder_name: the name written into the stamp when `encoder` is an object.
+    """
+
+    def __init__(self, store: CardStore, encoder: str | Any = "minilm-l6", path: str | os.PathLike | None = None,
+                 config: IndexConfig | None = None, encoder_name: str | None = None):
+        self.store = store
+        self.path = Path(path) if path else None
+        self.config = config or IndexConfig()
+        self._encoder = encoder if not isinstance(encoder, str) else None
+        self._encoder_spec = encoder
+        self.model_name = encoder_name or (encoder if isinstance(encoder, str) else type(encoder).__name__)
+        self._index: Any = None
+        self.seq = -1
+        self.dim: int | None = None
+        self.last_rebuild_reason: str | None = None  # why the last full rebuild happened (None: loaded/caught up)
+        self._last_save = 0.0
+        self._dirty = False
+
+    # ------------------------------------------------------------------ encoding
+
+    @property
+    def encoder(self) -> Any:
+        if self._encoder is None:
+            from damc.models import load_sentence_encoder
+
+            self._encoder = load_sentence_encoder(self._encoder_spec)
+        return self._encoder
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Unit-norm float32 embeddings, (n, dim)."""
+        if not texts:
+            return np.zeros((0, self.dim or 0), dtype=np.float32)
+        vecs = self.encoder.encode(list(texts), batch_size=self.config.encode_batch, convert_to_numpy=True,
+                                   normalize_embeddings=True, show_progress_bar=False)
+        vecs = np.ascontiguousarray(vecs, dtype=np.float32)
+        self.dim = vecs.shape[1]
+        return vecs
+
+    def _vectors_for(self, rows: Sequence[tuple[int, int]]) -> np.ndarray:
+        """Embeddings for `(rowid, seq)` rows: cached in SQLite where current, encoded (and cached) otherwise."""
+        from damc.query import render_card
+
+        if not rows:
+            return np.zeros((0, self.dim or 0), dtype=np.float32)
+        cached = self.store.get_embeddings(rows, self.model_name, self.dim) if self.dim else {}
+        missing = [(r, s) for r, s in rows if r not in cached]
+        if missing:
+            stored = {sc.rowid: sc for sc in self.store.by_rowids([r for r, _ in missing])}
+            missing = [(r, s) for r, s in missing if r in stored]
+            vecs = self.encode([render_card(stored[r].card) for r, _ in missing])
+            self.store.put_embeddings(missing, vecs, self.model_name)
+            cached.update({r: vecs[i] for i, (r, _) in enumerate(missing)})
+        return np.stack([cached[r] for r, _ in rows if r in cached]).astype(np.float32)
+
+    def _ensure_dim(self) -> int:
+        if self.dim is None:
+            self.dim = int(self.encode(["dimension probe"]).shape[1])
+        return self.dim
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _header(self) -> dict[str, Any]:
+        return {"stamp": {**self.store.stamp(), "seq": self.seq, "count": int(self._index.ntotal)},
+                "model": self.model_name, "dim": self.dim, "type": type(self._index).__name__,
+                "written": time.time()}
+
+    def rebuild(self, reason: str = "requested") -> None:
+        """Rebuild the whole index from the store's hot cards."""
+        logger.info("rebuilding card index (%s)", reason)
+        self.last_rebuild_reason = reason
+        stamp = self.store.stamp()
+        rows = [tuple(r) for r in self.store.hot_rows()]
+        dim = self._ensure_dim()
+        index = new_faiss_index(dim, len(rows), self.config)
+        vecs = self._vectors_for(rows) if rows else np.zeros((0, dim), dtype=np.float32)
+        if len(vecs):
+            train_if_needed(index, vecs)
+            index.add_with_ids(vecs, np.array([r for r, _ in rows], dtype=np.int64))
+        elif not getattr(index, "is_trained", True):
+            index = new_faiss_index(dim, 0, IndexConfig(index_type="flat"))
+        self._index, self.seq = index, stamp["seq"]
+        self._dirty = True
+        self.save(force=True)
+
+    def load(self) -> bool:
+        """Load the persisted index if it is usable; returns False (with `last_rebuild_reason`) otherwise."""
+        if self.path is None:
+            self.last_rebuild_reason = "no path (memory only)"
+            return False
+        try:
+            index, header = read_index_file(self.path)
+        except FileNotFoundError:
+            self.last_rebuild_reason = "missing"
+            return False
+        except IndexCorruptError as e:
+            logger.warning("%s", e)
+            self.last_rebuild_reason = "corrupt"
+            return False
+        stamp = self.store.stamp()
+        h = header.get("stamp") or {}
+        if header.get("model") != self.model_name:
+            self.last_rebuild_reason = f"encoder changed ({header.get('model')} -> {self.model_name})"
+            return False
+        if h.get("seq", 1 << 62) > stamp["seq"] or h.get("count") != index.ntotal:
+            self.last_rebuild_reason = "stamp does not match this store"
+            return False
+        self._index, self.seq, self.dim = index, int(h["seq"]), int(header["dim"])
+        if hasattr(index, "nprobe"):
+            index.nprobe = self.config.nprobe
+        self.last_rebuild_reason = None
+        return True
+
+    def sync(self) -> int:
+        """Bring the index in step with the store (load, rebuild or catch up); returns rows applied."""
+        if self._index is None and not self.load():
+            self.rebuild(self.last_rebuild_reason or "missing")
+            return int(self._index.ntotal)
+        changed = self.store.changed_since(self.seq)
+        if not changed:
+            return 0
+        import faiss
+
+        latest: dict[int, tuple[int, str]] = {}
+        for rowid, seq, tier in changed:
+            latest[rowid] = (seq, tier)
+        ids = np.array(list(latest), dtype=np.int64)
+        self._index.remove_ids(faiss.IDSelectorArray(len(ids), faiss.swig_ptr(ids)))
+        hot = [(r, s) for r, (s, tier) in latest.items() if tier == "hot"]
+        if hot:
+            vecs = self._vectors_for(hot)
+            self._index.add_with_ids(vecs, np.array([r for r, _ in hot], dtype=np.int64))
+        self.seq = max(s for _, s, _ in changed)
+        if self._index.ntotal != self.store.count("hot"):
+            # a row changed under us between the two queries, or the file was older than it claimed
+            self.rebuild("count mismatch after catch-up")
+            return len(changed)
+        self._dirty = True
+        self.save()
+        return len(changed)
+
+    def save(self, force: bool = False) -> bool:
+        """Persist (temp file + rename) if there is a path, unsaved changes and the interval has passed."""
+        if self.path is None or self._index is None or not self._dirty:
+            return False
+        if not force and time.time() - self._last_save < self.config.save_interval_s:
+            return False
+        write_index_file(self.path, self._index, self._header())
+        self._last_save, self._dirty = time.time(), False
+        return True
+
+    @property
+    def ntotal(self) -> int:
+        return 0 if self._index is None else int(self._index.ntotal)
+
+    # ------------------------------------------------------------------ search
+
+    def search(self, query_vec: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k rowids and cosine similarities for one unit-norm query vector."""
+        if self._index is None:
+            self.sync()
+        if self._index.ntotal == 0 or k <= 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        sims, ids = self._index.search(np.ascontiguousarray(query_vec.reshape(1, -1), dtype=np.float32), k)
+        keep = ids[0] >= 0
+        return ids[0][keep], sims[0][keep]
+
+    def search_text(self, text: str, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.search(self.encode([text])[0], k)

@@ -1,0 +1,594 @@
+"""`DecisionAwareMemory`: the runtime an agent loop calls before every model call.
+
+    add(message) ─► cards (tool calls merged with their results) ─► SQLite store + FAISS index
+    build_context(messages, tools) ─► retrieve ─► value ─► select ─► compress ─► assemble ─► Context
+
+* **retrieve**: candidates = FAISS top-N by similarity to the decision query ∪ the most recent M cards ∪
+  pinned cards (tool errors, user constraints / changed requirements), capped at `max_candidates`;
+  cards of the current turn are never candidates (that turn is kept verbatim).
+* **value**: a pluggable `Valuer` (default: the heuristic prior; `scorer=PATH` mixes in the student
+  scorer), behind a TTL cache.
+* **select**: a pluggable `Selector` under a token budget (default: 65 % of what the context window
+  has left after the system prompt, tools and the current turn).
+* **compress**: a pluggable `Compressor` (default: templates), one `[card_id]` line per card.
+* **assemble**: `damc.prompting.build_decision_messages` — system, "Relevant history", tools, current turn.
+
+Everything is explainable (`explain(context)`), expandable (`expand(card_id)`) and persisted when a
+`path` is given (the store survives restarts; the last context per session is kept for the CLI).
+
+Example:
+    >>> memory = DecisionAwareMemory("runs/mem")
+    >>> ctx = memory.build_context(messages, tools=tools)
+    >>> reply = client.chat.completions.create(model=..., messages=ctx.messages)
+    >>> print(memory.explain(ctx))
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from damc.assemble import assemble, prompt_tokens, split_conversation
+from damc.cards import Card, card_id as make_card_id, encode_messages, token_counter
+from damc.compress import Compressor, TemplateCompressor, required_atoms, template_compress
+from damc.data.episodes import EpisodeFormatError
+from damc.index import CardIndex, IndexConfig
+from damc.query import render_decision_query
+from damc.select import Selector, TopK, default_budget
+from damc.store import CardStore, StoreConfig, StoredCard
+from damc.value import CachedValuer, HeuristicValuer, HybridValuer, ScorerValuer, Valuer, is_pinned
+
+logger = logging.getLogger(__name__)
+
+STAGES = ("retrieve", "value", "select", "compress", "assemble")
+
+
+@dataclass
+class MemoryConfig:
+    """Runtime settings (defaults follow the seed article).
+
+    Attributes:
+        session_id: session the messages belong to (card ids are `{session_id}:{message index}...`).
+        context_window: the decision LLM's context window (tokens).
+        budget_fraction: share of the window left after system, tools and current turn given to memory.
+        top_n: FAISS candidates by similarity to the decision query.
+        recent: most recent cards always considered.
+        pinned: most recent pinned cards (errors, user constraints) always considered.
+        max_candidates: cap on the union (the valuer scores at most this many).
+        value_ttl_s: value cache lifetime (seconds).
+        hybrid_weight: share of the learned value when a scorer is given (the rest is the heuristic prior).
+        stamp_time: give messages without a `timestamp` the ingest time (enables decay in hours).
+        record: keep per-card value statistics (for `archive`) and the last context per session (for the CLI).
+    """
+
+    session_id: str = "default"
+    context_window: int = 8192
+    budget_fraction: float = 0.65
+    top_n: int = 30
+    recent: int = 10
+    pinned: int = 10
+    max_candidates: int = 50
+    value_ttl_s: float = 60.0
+    hybrid_weight: float = 0.8
+    stamp_time: bool = True
+    record: bool = True
+
+
+@dataclass
+class SelectedCard:
+    """A kept card.
+
+    Attributes:
+        card_id: the card (expand with `memory.expand(card_id)`).
+        value: the valuer's value.
+        score: the value the selector ranked by (after decay).
+        tokens: tokens of its compressed line.
+        raw_tokens: tokens of the raw card.
+        text: compressed text.
+        line: `[card_id] text` as it appears in the prompt.
+        source: "template" or "llm".
+        retrieved_by: why it was a candidate ("similar", "recent", "pinned").
+        card: the raw card.
+    """
+
+    card_id: str
+    value: float
+    score: float
+    tokens: int
+    raw_tokens: int
+    text: str
+    line: str
+    source: str
+    retrieved_by: list[str]
+    card: Card | None = None
+
+
+@dataclass
+class DroppedCard:
+    """A candidate that did not make it, and why ("budget", "below_threshold", "rank")."""
+
+    card_id: str
+    value: float
+    score: float
+    tokens: int
+    raw_tokens: int
+    reason: str
+    retrieved_by: list[str]
+
+
+@dataclass
+class Context:
+    """The result of `build_context`.
+
+    Attributes:
+        messages: the assembled chat messages to send to the model.
+        selected: kept cards (prompt order, oldest first) with scores and compressed text.
+        dropped: candidates that were not kept, with the reason.
+        decision_query: the query the valuer saw.
+        budget_tokens: the memory budget.
+        tokens_before: prompt tokens of the whole conversation sent verbatim (no DAMC).
+        tokens_after: prompt tokens of `messages`.
+        memory_tokens: tokens of the kept memory lines.
+        timings_ms: wall time per stage (retrieve, value, select, compress, assemble) and total.
+        n_candidates: candidates scored.
+        n_hot: hot cards in the store (the rest were "not retrieved").
+        session_id: the session.
+    """
+
+    messages: list[dict[str, str]]
+    selected: list[SelectedCard]
+    dropped: list[DroppedCard]
+    decision_query: str
+    budget_tokens: int
+    tokens_before: int
+    tokens_after: int
+    memory_tokens: int
+    timings_ms: dict[str, float]
+    n_candidates: int
+    n_hot: int
+    session_id: str
+    valuer: str = ""
+    selector: str = ""
+
+    @property
+    def memory_lines(self) -> list[str]:
+        return [s.line for s in self.selected]
+
+    @property
+    def tokens_saved(self) -> int:
+        return self.tokens_before - self.tokens_after
+
+    @property
+    def ratio(self) -> float:
+        """tokens_after / tokens_before."""
+        return self.tokens_after / self.tokens_before if self.tokens_before else 1.0
+
+    def to_dict(self, with_cards: bool = False) -> dict[str, Any]:
+        d = asdict(self)
+        if not with_cards:
+            for s in d["selected"]:
+                s.pop("card", None)
+        d["tokens_saved"] = self.tokens_saved
+        return d
+
+
+def _now_iso(t: float) -> str:
+    return datetime.fromtimestamp(t, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _check_message(m: Any, i: int) -> None:
+    """Shape checks `encode_messages` does not do itself."""
+    if not isinstance(m, dict):
+        raise EpisodeFormatError(f"message {i} is a {type(m).__name__}", field=f"messages[{i}]",
+                                 expected="an OpenAI chat message (a dict with 'role')")
+    if "role" not in m:
+        raise EpisodeFormatError(f"message {i} has no role", field=f"messages[{i}].role",
+                                 expected="system|user|assistant|tool")
+    c = m.get("content")
+    if c is not None and not isinstance(c, (str, list)):
+        raise EpisodeFormatError(f"message {i} content is a {type(c).__name__}", field=f"messages[{i}].content",
+                                 expected="a string, a list of content parts or null")
+    calls = m.get("tool_calls")
+    if calls is not None and not isinstance(calls, list):
+        raise EpisodeFormatError(f"message {i} tool_calls is a {type(calls).__name__}",
+                                 field=f"messages[{i}].tool_calls", expected="a list of tool calls")
+    for j, call in enumerate(calls or []):
+        if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
+            raise EpisodeFormatError("tool call without a function object", field=f"messages[{i}].tool_calls[{j}]",
+                                     expected='{"id": ..., "type": "function", "function": {"name", "arguments"}}')
+
+
+class DecisionAwareMemory:
+    """Decision-aware memory for a tool-calling agent (see module docstring).
+
+    Args:
+        path: None (in memory), a directory (`cards.db` + `cards.faiss` inside), or a `.db` file path.
+        valuer: how cards are valued (default: heuristic prior, or hybrid with `scorer` when given).
+        selector: how cards are chosen (default: `TopK(12)` under the budget).
+        compressor: how kept cards are written (default: templates).
+        scorer: a `CardScorer` or a path to an exported one (`CardScorer.from_pretrained`).
+        encoder: sentence encoder for the FAISS index (registry name, path, or an encoder object).
+        tokenizer: tokenizer name/path (or object) for token counts; None = chars/4.
+        context_window: the decision model's context window.
+        session_id: default session.
+        config: everything else (`MemoryConfig`); explicit arguments above override it.
+        index_config / store_config: FAISS and SQLite settings.
+    """
+
+    def __init__(self, path: str | os.PathLike | None = None, *, valuer: Valuer | None = None,
+                 selector: Selector | None = None, compressor: Compressor | None = None, scorer: Any = None,
+                 encoder: str | Any = "minilm-l6", tokenizer: str | Any | None = "smollm2-135m",
+                 context_window: int | None = None, session_id: str | None = None, config: MemoryConfig | None = None,
+                 index_config: IndexConfig | None = None, store_config: StoreConfig | None = None):
+        self.config = config or MemoryConfig()
+        if context_window is not None:
+            self.config.context_window = context_window
+        if session_id is not None:
+            self.config.session_id = session_id
+        db, faiss_path = self._paths(path)
+        self.path = Path(path) if path else None
+        self.store = CardStore(db, store_config)
+        self.index = CardIndex(self.store, encoder, faiss_path, index_config)
+        if valuer is None:
+            valuer = HeuristicValuer()
+            if scorer is not None:
+                learned = ScorerValuer.from_pretrained(str(scorer)) if isinstance(scorer, (str, os.PathLike)) \
+                    else ScorerValuer(scorer)
+                valuer = HybridValuer(valuer, learned, self.config.hybrid_weight)
+            valuer = CachedValuer(valuer, ttl_s=self.config.value_ttl_s)
+        self.valuer = valuer
+        self.selector = selector or TopK(12)
+        self.compressor = compressor or TemplateCompressor()
+        self._tokenizer_spec = tokenizer
+        self._tokenizer: Any = None
+
+    @staticmethod
+    def _paths(path: str | os.PathLike | None) -> tuple[str, str | None]:
+        if path is None:
+            return ":memory:", None
+        p = Path(path)
+        if p.suffix in (".db", ".sqlite", ".sqlite3"):
+            return str(p), str(p.with_suffix(".faiss"))
+        p.mkdir(parents=True, exist_ok=True)
+        return str(p / "cards.db"), str(p / "cards.faiss")
+
+    # ------------------------------------------------------------------ tokens
+
+    @property
+    def tokenizer(self) -> Any:
+        if self._tokenizer is None and self._tokenizer_spec is not None:
+            if isinstance(self._tokenizer_spec, str):
+                from damc.models import load_tokenizer
+
+                self._tokenizer = load_tokenizer(self._tokenizer_spec)
+            else:
+                self._tokenizer = self._tokenizer_spec
+        return self._tokenizer
+
+    def count_tokens(self, text: str) -> int:
+        tok = self.tokenizer
+        if tok is None:
+            return max(1, (len(text) + 3) // 4) if text else 0
+        return len(tok.encode(text, add_special_tokens=False)) if text else 0
+
+    def _count_many(self, texts: list[str]) -> list[int]:
+        tok = self.tokenizer
+        if tok is None or not texts:
+            return [self.count_tokens(t) for t in texts]
+        return [len(ids) for ids in tok(texts, add_special_tokens=False)["input_ids"]]
+
+    def _prompt_tokens(self, messages: Sequence[dict[str, str]]) -> int:
+        return prompt_tokens(messages, self.tokenizer)
+
+    # ------------------------------------------------------------------ ingestion
+
+    def add(self, message: dict[str, Any], session_id: str | None = None) -> list[str]:
+        """Record one OpenAI chat message; returns the ids of the cards written or updated."""
+        return self.add_messages([message], session_id)
+
+    def add_messages(self, messages: Iterable[dict[str, Any]], session_id: str | None = None) -> list[str]:
+        """Record OpenAI chat messages in order (one transaction); returns the card ids written or updated.
+
+        Tool calls become cards at once (status pending) and are merged with their result when the
+        `tool` message arrives, in this batch or a later one.
+
+        Raises:
+            EpisodeFormatError: a malformed message (says which message, which field, what was expected);
+                nothing of the batch is written.
+        """
+        msgs = list(messages)
+        sid = session_id or self.config.session_id
+        count = token_counter(self.tokenizer) if self.tokenizer is not None else None
+        stamp = _now_iso(time.time()) if self.config.stamp_time else None
+
+        def batch(state: dict[str, Any], get_card: Any) -> tuple[list[Card], list[bool], dict[str, Any], list[str]]:
+            i0 = state["n_messages"]
+            pending: dict[str, str] = dict(state["pending"])
+            touched: dict[str, Card] = {}
+            for off, m in enumerate(msgs):
+                i = i0 + off
+                _check_message(m, i)
+                if stamp and not m.get("timestamp"):
+                    m = {**m, "timestamp": stamp}
+                if m.get("role") == "tool":
+                    cid = m.get("tool_call_id")
+                    if not cid:
+                        raise EpisodeFormatError("tool message without tool_call_id", field=f"messages[{i}].tool_call_id",
+                                                 expected="the id of an earlier assistant tool call")
+                    if cid not in pending:
+                        raise EpisodeFormatError(f"tool result for unknown call {cid!r}",
+                                                 field=f"messages[{i}].tool_call_id",
+                                                 expected="the id of an earlier assistant tool call still awaiting "
+                                                          "its result (" + (", ".join(map(repr, pending)) or "none") + ")")
+                    card_key = pending.pop(cid)
+                    card = touched.get(card_key) or get_card(card_key)
+                    if card is None:  # the store lost it (should not happen): say so rather than guess
+                        raise EpisodeFormatError(f"the card of call {cid!r} is missing from the store",
+                                                 field=f"messages[{i}].tool_call_id")
+                    touched[card_key] = self._merge_result(card, m, i, count)
+                    continue
+                for card in encode_messages([m], sid, count_tokens=count, start_index=i):
+                    touched[card.card_id] = card
+                    if card.call_id and card.result_index is None:
+                        pending[card.call_id] = card.card_id
+            cards = list(touched.values())
+            new_state = {"n_messages": i0 + len(msgs), "pending": pending}
+            return cards, [is_pinned(c) for c in cards], new_state, [c.card_id for c in cards]
+
+        return self.store.ingest(sid, batch)
+
+    @staticmethod
+    def _merge_result(card: Card, tool_msg: dict[str, Any], index: int, count: Any) -> Card:
+        """Attach a tool result to its pending call card, with `encode_messages`'s own merge logic."""
+        call = {"id": card.call_id, "type": "function",
+                "function": {"name": card.tool_name, "arguments": json.dumps(card.arguments or {})}}
+        merged = encode_messages([{"role": "assistant", "content": None, "tool_calls": [call]}, tool_msg],
+                                 card.episode_id, count_tokens=count, start_index=index - 1)[0]
+        card.result, card.status, card.error, card.kind = merged.result, merged.status, merged.error, merged.kind
+        card.raw_text, card.n_tokens, card.result_index = merged.raw_text, merged.n_tokens, index
+        return card
+
+    # ------------------------------------------------------------------ retrieval
+
+    def candidates(self, query: str, *, exclude_session: str | None = None, from_position: int | None = None
+                   ) -> tuple[list[StoredCard], dict[str, list[str]]]:
+        """Candidate cards for a query: FAISS top-N ∪ recent ∪ pinned (capped), and why each is one.
+
+        Cards of `exclude_session` at positions ≥ `from_position` (the current turn) are left out.
+        """
+        cfg = self.config
+        self.index.sync()
+        rowids, _ = self.index.search_text(query, cfg.top_n) if cfg.top_n > 0 else (np.zeros(0, dtype=np.int64), None)
+        found: dict[str, StoredCard] = {}
+        why: dict[str, list[str]] = {}
+
+        def keep(sc: StoredCard) -> bool:
+            return not (exclude_session is not None and from_position is not None and
+                        sc.session_id == exclude_session and sc.card.position >= from_position)
+
+        groups = [("similar", self.store.by_rowids([int(r) for r in rowids])),
+                  ("recent", self.store.recent(cfg.recent + 8) if cfg.recent > 0 else []),
+                  ("pinned", self.store.pinned(cfg.pinned + 8) if cfg.pinned > 0 else [])]
+        limits = {"similar": cfg.top_n, "recent": cfg.recent, "pinned": cfg.pinned}
+        for name, group in groups:
+            n = 0
+            for sc in group:
+                if sc.tier != "hot" or not keep(sc) or n >= limits[name]:
+                    continue
+                n += 1
+                why.setdefault(sc.card.card_id, []).append(name)
+                found.setdefault(sc.card.card_id, sc)
+        out = list(found.values())
+        if len(out) > cfg.max_candidates:
+            # pinned and recent first (they are few and cheap to miss), then the most similar
+            rank = {"pinned": 0, "recent": 1, "similar": 2}
+            out.sort(key=lambda sc: min(rank[w] for w in why[sc.card.card_id]))
+            out = out[: cfg.max_candidates]
+        return out, why
+
+    # ------------------------------------------------------------------ build
+
+    def build_context(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None,
+                      system: str | None = None, budget_tokens: int | None = None, *, session_id: str | None = None,
+                      now: float | None = None) -> Context:
+        """Assemble the prompt for the next decision.
+
+        Args:
+            messages: the live conversation (OpenAI format). Messages before the current (last) user
+                turn that the store has not seen yet are recorded first; the current turn and after are
+                kept verbatim.
+            tools: OpenAI tool schemas available now.
+            system: system prompt (default: the conversation's own system message, else DAMC's default).
+            budget_tokens: memory budget (default: `budget_fraction` of what the window has left).
+            session_id: session of `messages` (default: the memory's).
+            now: decision time in epoch seconds (default: now).
+        """
+        t_start = time.perf_counter()
+        cfg = self.config
+        sid = session_id or cfg.session_id
+        now = time.time() if now is None else now
+        msgs = list(messages)
+        own_system, history, turn, u = split_conversation(msgs)
+        system = system if system is not None else own_system
+        timings: dict[str, float] = {}
+
+        t = time.perf_counter()
+        seen = self.store.session_state(sid)["n_messages"]
+        if seen < u:
+            self.add_messages(msgs[seen:u], sid)
+        query = render_decision_query(msgs, list(tools) if tools else None)
+        stored, why = self.candidates(query, exclude_session=sid, from_position=u)
+        cards = [sc.card for sc in stored]
+        timings["retrieve"] = (time.perf_counter() - t) * 1000
+
+        t = time.perf_counter()
+        values = self.valuer.value(query, cards, now) if cards else np.zeros(0, dtype=np.float32)
+        timings["value"] = (time.perf_counter() - t) * 1000
+
+        t = time.perf_counter()
+        base_msgs = assemble(system, tools, [], turn)
+        base_tokens = self._prompt_tokens(base_msgs)
+        budget = budget_tokens if budget_tokens is not None else \
+            default_budget(cfg.context_window, base_tokens, cfg.budget_fraction)
+        lines = [f"[{c.card_id}] {template_compress(c)}" for c in cards]
+        line_tokens = self._count_many(lines)
+        sel = self.selector.select(cards, values, line_tokens, budget, now)
+        timings["select"] = (time.perf_counter() - t) * 1000
+
+        t = time.perf_counter()
+        kept = sorted(sel.kept, key=lambda i: (stored[i].t, cards[i].position, cards[i].card_id))
+        compressed = self.compressor.compress([cards[i] for i in kept], query)
+        kept_tokens = self._count_many([c.line for c in compressed])
+        timings["compress"] = (time.perf_counter() - t) * 1000
+
+        t = time.perf_counter()
+        out_msgs = assemble(system, tools, [c.line for c in compressed], turn)
+        tokens_after = self._prompt_tokens(out_msgs)
+        tokens_before = self._prompt_tokens(assemble(system, tools, [], turn, history=history))
+        timings["assemble"] = (time.perf_counter() - t) * 1000
+        timings["total"] = (time.perf_counter() - t_start) * 1000
+
+        selected = [SelectedCard(cards[i].card_id, float(values[i]), float(sel.scores[i]), kept_tokens[j],
+                                 cards[i].n_tokens, compressed[j].text, compressed[j].line, compressed[j].source,
+                                 why[cards[i].card_id], cards[i]) for j, i in enumerate(kept)]
+        dropped = [DroppedCard(cards[i].card_id, float(values[i]), float(sel.scores[i]), line_tokens[i],
+                               cards[i].n_tokens, reason, why[cards[i].card_id])
+                   for i, reason in sorted(sel.dropped.items(), key=lambda kv: -float(sel.scores[kv[0]]))]
+        ctx = Context(out_msgs, selected, dropped, query, budget, tokens_before, tokens_after, sum(kept_tokens),
+                      timings, len(cards), self.store.count("hot"), sid,
+                      getattr(self.valuer, "name", type(self.valuer).__name__),
+                      getattr(self.selector, "name", type(self.selector).__name__))
+        if cfg.record:
+            self.store.record_values({c.card_id: float(v) for c, v in zip(cards, values)})
+            self.store.save_context(sid, ctx.to_dict())
+        logger.debug("context for %s: %d/%d cards kept, %d -> %d tokens, %.1f ms", sid, len(selected), len(cards),
+                     tokens_before, tokens_after, timings["total"])
+        return ctx
+
+    # ------------------------------------------------------------------ inspection
+
+    def expand(self, card_id: str) -> Card:
+        """The raw card behind a `[card_id]` line (hot or archived).
+
+        Raises:
+            KeyError: unknown card id.
+        """
+        card = self.store.get(card_id)
+        if card is None:
+            raise KeyError(f"no card {card_id!r} in this memory")
+        return card
+
+    def explain(self, context: Context, print_: bool = False) -> "Explanation":
+        """Which cards were kept or dropped, with scores, tokens saved and why (`str()` it to read)."""
+        from damc.explain import Explanation
+
+        exp = Explanation.from_context(context)
+        if print_:
+            print(exp)
+        return exp
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def archive(self, min_age_s: float = 7 * 86400, max_value: float = 0.2, *, keep_pinned: bool = True,
+                now: float | None = None) -> list[str]:
+        """Move cards older than `min_age_s` whose best value so far is ≤ `max_value` (never valued counts
+        as 0) to the cold tier and out of the FAISS index. Returns the archived card ids."""
+        now = time.time() if now is None else now
+        ids = [cid for cid, t, vmax, pinned in self.store.lifecycle_rows("hot")
+               if now - t >= min_age_s and (vmax or 0.0) <= max_value and not (keep_pinned and pinned)]
+        self.store.set_tier(ids, "cold", now)
+        if ids and self.index.ntotal:
+            self.index.sync()
+        logger.info("archived %d cards", len(ids))
+        return ids
+
+    def merge_similar(self, threshold: float = 0.92, *, neighbors: int = 16) -> list[Card]:
+        """Merge near-duplicate hot cards (cosine ≥ `threshold`, same kind and tool) into one card each.
+
+        The merged card is the newest member with `meta["merged_from"]` and `meta["atoms"]` (the union
+        of every member's required atoms; its raw text and template line carry them all); the members
+        move to the cold tier. Returns the new cards.
+        """
+        self.index.sync()
+        rows = [tuple(r) for r in self.store.hot_rows()]
+        if len(rows) < 2:
+            return []
+        vecs = self.index._vectors_for(rows)
+        rowids = [r for r, _ in rows]
+        by_row = {sc.rowid: sc for sc in self.store.by_rowids(rowids)}
+        parent = {r: r for r in rowids}
+
+        def find(x: int) -> int:
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        for i, r in enumerate(rowids):
+            ids, sims = self.index.search(vecs[i], neighbors)
+            a = by_row[r].card
+            for r2, s in zip(ids, sims):
+                r2 = int(r2)
+                if r2 == r or s < threshold or r2 not in by_row:
+                    continue
+                b = by_row[r2].card
+                if a.kind == b.kind and a.tool_name == b.tool_name:
+                    parent[find(r)] = find(r2)
+        clusters: dict[int, list[int]] = {}
+        for r in rowids:
+            clusters.setdefault(find(r), []).append(r)
+        merged: list[Card] = []
+        for members in clusters.values():
+            if len(members) < 2:
+                continue
+            scs = sorted((by_row[r] for r in members), key=lambda sc: (sc.t, sc.rowid))
+            newest = scs[-1]
+            atoms: set[str] = set()
+            sources: list[str] = []
+            for sc in scs:
+                atoms |= required_atoms(sc.card)
+                sources += sc.card.meta.get("merged_from", [sc.card.card_id]) if sc.card.meta else [sc.card.card_id]
+            base = Card.from_dict(json.loads(json.dumps(newest.card.to_dict())))
+            missing = sorted(a for a in atoms if a not in base.raw_text)
+            base.card_id = f"{newest.card.card_id}+merged{len(scs)}"
+            if missing:
+                base.raw_text += f" [merged with {len(scs) - 1} similar: also " + ", ".join(missing) + "]"
+            base.meta = {**(base.meta or {}), "merged_from": sources, "atoms": sorted(atoms)}
+            base.n_tokens = self.count_tokens(base.raw_text)
+            self.store.add_cards([base], newest.session_id, [any(sc.pinned for sc in scs)])
+            self.store.set_tier([sc.card.card_id for sc in scs], "cold")
+            merged.append(base)
+        if merged:
+            self.index.sync()
+        logger.info("merged %d clusters", len(merged))
+        return merged
+
+    # ------------------------------------------------------------------ housekeeping
+
+    def flush(self) -> None:
+        """Persist the FAISS index now (SQLite writes are already durable)."""
+        self.index.save(force=True)
+
+    def close(self) -> None:
+        self.flush()
+        self.store.close()
+
+    def __enter__(self) -> "DecisionAwareMemory":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        return self.store.count("hot")
+
+
+__all__ = ["DecisionAwareMemory", "MemoryConfig", "Context", "SelectedCard", "DroppedCard", "make_card_id"]

@@ -1,0 +1,167 @@
+"""Selectors: which valued cards go into the prompt, under a token budget.
+
+A selector sees the candidates, their values and their (compressed) token costs, and returns a
+`Selection`: the kept indices (best first), the adjusted values it ranked by, and for every dropped
+card the reason ("budget", "below_threshold", "rank" — beyond top-k). Strategies:
+
+* `TopK(k)` — the k best that fit.
+* `Threshold(min_value)` — everything at or above a value that fits.
+* `DecayHybrid(lam, ...)` — the seed's `value · exp(−λ·Δt)` (Δt in hours from timestamps, or in
+  turns when cards carry none), then top-k and/or threshold.
+
+`default_budget(context_window, used_tokens)` is the seed's rule of thumb: 60–70 % of what is left
+after the system prompt, tools and the current dialogue.
+
+Example:
+    >>> sel = DecayHybrid(lam=0.05, k=8).select(cards, values, tokens, budget=default_budget(8192, 1500))
+    >>> [cards[i].card_id for i in sel.kept]
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from damc.cards import Card
+from damc.store import parse_time
+
+logger = logging.getLogger(__name__)
+
+
+def default_budget(context_window: int, used_tokens: int, fraction: float = 0.65) -> int:
+    """Tokens for the memory section: `fraction` of what the window has left after `used_tokens`."""
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    return max(0, int((context_window - used_tokens) * fraction))
+
+
+@dataclass
+class Selection:
+    """What a selector decided.
+
+    Attributes:
+        kept: indices of kept cards, best first.
+        scores: the values the selector ranked by (after any decay), one per candidate.
+        dropped: index -> reason ("budget" | "below_threshold" | "rank").
+        budget: the token budget it worked under.
+        used_tokens: tokens of the kept cards.
+    """
+
+    kept: list[int]
+    scores: np.ndarray
+    dropped: dict[int, str] = field(default_factory=dict)
+    budget: int = 0
+    used_tokens: int = 0
+
+
+class Selector(ABC):
+    """Chooses cards under a token budget. Subclasses implement `adjust` and/or `select`."""
+
+    name: str = "selector"
+
+    def adjust(self, cards: Sequence[Card], values: np.ndarray, now: float | None = None) -> np.ndarray:
+        """The values to rank by (identity by default)."""
+        return np.asarray(values, dtype=np.float32)
+
+    @abstractmethod
+    def select(self, cards: Sequence[Card], values: np.ndarray, tokens: Sequence[int], budget: int,
+               now: float | None = None) -> Selection:
+        """Pick cards.
+
+        Args:
+            cards: candidates.
+            values: one value per candidate (from a `Valuer`).
+            tokens: one token cost per candidate (of the text that would go into the prompt).
+            budget: total tokens the kept cards may use.
+            now: epoch seconds of the decision (for time decay).
+        """
+
+    def _greedy(self, scores: np.ndarray, tokens: Sequence[int], budget: int, k: int | None,
+                min_value: float | None) -> Selection:
+        order = sorted(range(len(scores)), key=lambda i: (-float(scores[i]), i))
+        kept: list[int] = []
+        dropped: dict[int, str] = {}
+        used = 0
+        for i in order:
+            if min_value is not None and scores[i] < min_value:
+                dropped[i] = "below_threshold"
+            elif k is not None and len(kept) >= k:
+                dropped[i] = "rank"
+            elif used + int(tokens[i]) > budget:
+                dropped[i] = "budget"  # a smaller card further down may still fit
+            else:
+                kept.append(i)
+                used += int(tokens[i])
+        return Selection(kept, np.asarray(scores, dtype=np.float32), dropped, budget, used)
+
+
+class TopK(Selector):
+    """The `k` highest-valued cards that fit the budget (`k=None`: as many as fit)."""
+
+    name = "topk"
+
+    def __init__(self, k: int | None = 8):
+        self.k = k
+
+    def select(self, cards, values, tokens, budget, now=None) -> Selection:
+        return self._greedy(self.adjust(cards, values, now), tokens, budget, self.k, None)
+
+
+class Threshold(Selector):
+    """Every card valued at least `min_value` that fits the budget, best first."""
+
+    name = "threshold"
+
+    def __init__(self, min_value: float = 0.5, k: int | None = None):
+        self.min_value, self.k = min_value, k
+
+    def select(self, cards, values, tokens, budget, now=None) -> Selection:
+        return self._greedy(self.adjust(cards, values, now), tokens, budget, self.k, self.min_value)
+
+
+def card_age(cards: Sequence[Card], now: float | None) -> tuple[np.ndarray, str]:
+    """Age of each card: hours since its timestamp when every card has one (and `now` is known), else
+    turns (message positions) behind the newest candidate. Returns (ages, unit)."""
+    times = [parse_time(c.timestamp) for c in cards]
+    if cards and all(t is not None for t in times) and now is not None:
+        return np.maximum(0.0, (now - np.asarray(times, dtype=np.float64)) / 3600.0), "hours"
+    pos = np.asarray([c.position for c in cards], dtype=np.float64)
+    # positions compare only within a session; across sessions this is still a monotone proxy
+    return (pos.max() - pos) if len(pos) else pos, "turns"
+
+
+class DecayHybrid(Selector):
+    """`value · exp(−λ·Δt)` then top-k and/or threshold under the budget.
+
+    Args:
+        lam: decay rate per hour (or per turn when cards carry no timestamps); small for support
+            chats that revisit the same issue, larger where data goes stale fast.
+        k: keep at most this many (None: no cap).
+        min_value: drop decayed values below this (None: no threshold).
+        lam_turns: decay per turn used when ages fall back to turns (default: `lam`).
+    """
+
+    name = "decay"
+
+    def __init__(self, lam: float = 0.05, k: int | None = 8, min_value: float | None = None,
+                 lam_turns: float | None = None):
+        self.lam, self.k, self.min_value = lam, k, min_value
+        self.lam_turns = lam if lam_turns is None else lam_turns
+
+    def adjust(self, cards, values, now=None) -> np.ndarray:
+        ages, unit = card_age(cards, now)
+        lam = self.lam if unit == "hours" else self.lam_turns
+        return (np.asarray(values, dtype=np.float64) * np.exp(-lam * ages)).astype(np.float32)
+
+    def select(self, cards, values, tokens, budget, now=None) -> Selection:
+        return self._greedy(self.adjust(cards, values, now), tokens, budget, self.k, self.min_value)
+
+
+def exp_decay(value: float, hours: float, lam: float) -> float:
+    """`value · exp(−λ·Δt)` for one card."""
+    return value * math.exp(-lam * hours)

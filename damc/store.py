@@ -1,0 +1,437 @@
+"""SQLite card store: the durable half of DAMC's runtime memory (the FAISS index is rebuilt from it).
+
+One SQLite file holds every card as exact JSON (`Card.to_dict`), with a few indexed columns for the
+queries the runtime needs (recent cards, pinned cards, a session's history, lifecycle). Cards live in
+one of two tiers: `hot` (retrievable, in the FAISS index) and `cold` (archived or merged away; kept
+for `expand` and audits, never retrieved).
+
+Durability and concurrency:
+* WAL journal mode, `busy_timeout`, and every write batch in one `BEGIN IMMEDIATE` transaction, so two
+  processes adding at once serialise instead of losing rows, and a process killed mid-batch leaves
+  either the whole batch or none of it.
+* A monotonically increasing `seq` is bumped on every card insert/update/tier change; the index
+  records the highest `seq` it has seen, so staleness is one integer comparison.
+* Card embeddings are cached in the `embeddings` table (keyed by card rowid, `seq` and model), so a
+  missing or corrupt FAISS file is rebuilt from SQLite without re-encoding.
+* `schema_version` records the layout; opening a store written by a newer layout raises.
+
+Example:
+    >>> store = CardStore("runs/mem/cards.db")
+    >>> store.add_cards(cards, session_id="s1")
+    >>> store.get("s1:3:0").tool_name
+    'get_order'
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from damc.cards import Card
+
+logger = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS cards (
+    rowid INTEGER PRIMARY KEY AUTOINCREMENT,
+    card_id TEXT NOT NULL UNIQUE,
+    session_id TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    tier TEXT NOT NULL DEFAULT 'hot',
+    pinned INTEGER NOT NULL DEFAULT 0,
+    n_tokens INTEGER NOT NULL DEFAULT 0,
+    t REAL NOT NULL,
+    seq INTEGER NOT NULL,
+    value_max REAL,
+    value_last REAL,
+    value_n INTEGER NOT NULL DEFAULT 0,
+    archived_at REAL,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS cards_tier ON cards (tier, rowid);
+CREATE INDEX IF NOT EXISTS cards_pinned ON cards (pinned, tier, rowid);
+CREATE INDEX IF NOT EXISTS cards_seq ON cards (seq);
+CREATE INDEX IF NOT EXISTS cards_session ON cards (session_id, position);
+CREATE TABLE IF NOT EXISTS embeddings (
+    card_rowid INTEGER PRIMARY KEY,
+    seq INTEGER NOT NULL,
+    model TEXT NOT NULL,
+    vector BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id TEXT PRIMARY KEY,
+    n_messages INTEGER NOT NULL DEFAULT 0,
+    pending TEXT NOT NULL DEFAULT '{}'
+);
+CREATE TABLE IF NOT EXISTS contexts (
+    session_id TEXT PRIMARY KEY,
+    created REAL NOT NULL,
+    data TEXT NOT NULL
+);
+"""
+
+
+class StoreError(RuntimeError):
+    """The store file cannot be used (e.g. written by a newer schema)."""
+
+
+@dataclass
+class StoreConfig:
+    """How the SQLite connection behaves.
+
+    Attributes:
+        busy_timeout_ms: how long a writer waits for another process's lock before failing (ms).
+        synchronous: SQLite `synchronous` pragma: "NORMAL" (durable at checkpoints, fast) or "FULL".
+    """
+
+    busy_timeout_ms: int = 30_000   # two writers queue for up to 30 s instead of raising "database is locked"
+    synchronous: str = "NORMAL"     # NORMAL is crash-safe in WAL mode (a power cut may lose the last commits)
+
+
+@dataclass
+class StoredCard:
+    """A card with its store bookkeeping.
+
+    Attributes:
+        card: the card, exactly as written.
+        rowid: store row id (also the FAISS id).
+        session_id: session that wrote it.
+        tier: "hot" or "cold".
+        pinned: errors and user constraints are pinned candidates.
+        t: epoch seconds (card timestamp if it had one, else ingest time).
+        seq: change counter of the last write to this row.
+    """
+
+    card: Card
+    rowid: int
+    session_id: str
+    tier: str
+    pinned: bool
+    t: float
+    seq: int
+
+
+def parse_time(ts: str | None) -> float | None:
+    """Epoch seconds of an ISO 8601 timestamp (a trailing Z is UTC), None when absent or unparseable."""
+    if not ts:
+        return None
+    from datetime import datetime, timezone
+
+    try:
+        dt = datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.timestamp()
+
+
+def _dumps(card: Card) -> str:
+    return json.dumps(card.to_dict(), ensure_ascii=False, separators=(",", ":"))
+
+
+class CardStore:
+    """Cards in SQLite (WAL, one transaction per write batch, hot/cold tiers).
+
+    Args:
+        path: SQLite file path, or ":memory:" (one process, nothing persisted).
+        config: connection settings.
+
+    The object is safe to share between threads (one connection guarded by a lock); use one
+    `CardStore` per process.
+    """
+
+    def __init__(self, path: str | os.PathLike = ":memory:", config: StoreConfig | None = None):
+        self.path = str(path)
+        self.config = config or StoreConfig()
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        # isolation_level=None: we issue BEGIN/COMMIT ourselves (BEGIN IMMEDIATE takes the write lock up front).
+        self._conn = sqlite3.connect(self.path, timeout=self.config.busy_timeout_ms / 1000,
+                                     isolation_level=None, check_same_thread=False)
+        c = self._conn
+        c.execute(f"PRAGMA busy_timeout={int(self.config.busy_timeout_ms)}")
+        if self.path != ":memory:":
+            mode = c.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                logger.warning("SQLite refused WAL mode (got %s) for %s", mode, self.path)
+        c.execute(f"PRAGMA synchronous={self.config.synchronous}")
+        with self.transaction():
+            # statement by statement: executescript() would COMMIT our transaction
+            for stmt in _SCHEMA.split(";"):
+                if stmt.strip():
+                    c.execute(stmt)
+            row = c.execute("SELECT version FROM schema_version").fetchone()
+            if row is None:
+                c.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
+                c.execute("INSERT OR IGNORE INTO counters VALUES ('seq', 0)")
+            elif row[0] > SCHEMA_VERSION:
+                raise StoreError(f"{self.path} has schema version {row[0]}; this DAMC reads up to {SCHEMA_VERSION}")
+
+    # ------------------------------------------------------------------ plumbing
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction (`BEGIN IMMEDIATE` ... `COMMIT`, rolled back on any exception)."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def _next_seq(self, c: sqlite3.Connection, n: int = 1) -> int:
+        """Reserve `n` sequence numbers inside the current transaction; returns the first."""
+        c.execute("UPDATE counters SET value = value + ? WHERE name = 'seq'", (n,))
+        return c.execute("SELECT value FROM counters WHERE name = 'seq'").fetchone()[0] - n + 1
+
+    def _query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple]:
+        with self._lock:
+            return self._conn.execute(sql, args).fetchall()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> "CardStore":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def schema_version(self) -> int:
+        return self._query("SELECT version FROM schema_version")[0][0]
+
+    @property
+    def journal_mode(self) -> str:
+        return str(self._query("PRAGMA journal_mode")[0][0]).lower()
+
+    # ------------------------------------------------------------------ writes
+
+    def _upsert(self, c: sqlite3.Connection, cards: Sequence[Card], session_id: str,
+                pinned: Sequence[bool] | None, now: float) -> list[int]:
+        seq0 = self._next_seq(c, len(cards))
+        rowids = []
+        for j, card in enumerate(cards):
+            t = parse_time(card.timestamp) or now
+            pin = int(bool(pinned[j])) if pinned is not None else 0
+            row = c.execute(
+                "INSERT INTO cards (card_id, session_id, position, kind, tier, pinned, n_tokens, t, seq, data) "
+                "VALUES (?, ?, ?, ?, 'hot', ?, ?, ?, ?, ?) "
+                "ON CONFLICT(card_id) DO UPDATE SET kind=excluded.kind, pinned=max(pinned, excluded.pinned), "
+                "n_tokens=excluded.n_tokens, seq=excluded.seq, data=excluded.data RETURNING rowid",
+                (card.card_id, session_id, card.position, card.kind, pin, card.n_tokens, t, seq0 + j, _dumps(card)),
+            ).fetchone()
+            rowids.append(row[0])
+        return rowids
+
+    def add_cards(self, cards: Sequence[Card], session_id: str | None = None,
+                  pinned: Sequence[bool] | None = None) -> list[int]:
+        """Insert cards (or update those whose `card_id` exists) in one transaction; returns their rowids.
+
+        Args:
+            cards: cards to write.
+            session_id: session tag (default: each card's `episode_id`).
+            pinned: per card, whether it is a pinned candidate (errors, user constraints).
+        """
+        if not cards:
+            return []
+        now = time.time()
+        with self.transaction() as c:
+            if session_id is None:
+                out = []
+                for card in cards:  # rare path (mixed sessions): still one transaction
+                    out += self._upsert(c, [card], card.episode_id, None if pinned is None
+                                        else [pinned[len(out)]], now)
+                return out
+            return self._upsert(c, cards, session_id, pinned, now)
+
+    def ingest(self, session_id: str, fn: Any) -> Any:
+        """Run `fn(state) -> (cards, pinned, new_state, result)` inside one write transaction.
+
+        `state` is the session's `{"n_messages": int, "pending": {call_id: card_id}}`; the cards are
+        upserted and the new state saved atomically with them, so a crash never splits a batch from
+        the session counter. Returns `result`.
+        """
+        now = time.time()
+        with self.transaction() as c:
+            row = c.execute("SELECT n_messages, pending FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
+            state = {"n_messages": row[0], "pending": json.loads(row[1])} if row else {"n_messages": 0, "pending": {}}
+            cards, pinned, new_state, result = fn(state, self._get_in_tx)
+            if cards:
+                self._upsert(c, cards, session_id, pinned, now)
+            c.execute("INSERT INTO sessions (session_id, n_messages, pending) VALUES (?, ?, ?) "
+                      "ON CONFLICT(session_id) DO UPDATE SET n_messages=excluded.n_messages, pending=excluded.pending",
+                      (session_id, new_state["n_messages"], json.dumps(new_state["pending"])))
+            return result
+
+    def _get_in_tx(self, card_id: str) -> Card | None:
+        row = self._conn.execute("SELECT data FROM cards WHERE card_id = ?", (card_id,)).fetchone()
+        return Card.from_dict(json.loads(row[0])) if row else None
+
+    def session_state(self, session_id: str) -> dict[str, Any]:
+        rows = self._query("SELECT n_messages, pending FROM sessions WHERE session_id = ?", (session_id,))
+        return {"n_messages": rows[0][0], "pending": json.loads(rows[0][1])} if rows else \
+            {"n_messages": 0, "pending": {}}
+
+    def set_tier(self, card_ids: Sequence[str], tier: str, now: float | None = None) -> int:
+        """Move cards to `hot` or `cold` in one transaction; returns how many changed."""
+        if tier not in ("hot", "cold"):
+            raise ValueError(f"tier must be 'hot' or 'cold', got {tier!r}")
+        if not card_ids:
+            return 0
+        now = time.time() if now is None else now
+        with self.transaction() as c:
+            seq0 = self._next_seq(c, len(card_ids))
+            n = 0
+            for j, cid in enumerate(card_ids):
+                n += c.execute("UPDATE cards SET tier = ?, seq = ?, archived_at = ? WHERE card_id = ? AND tier != ?",
+                               (tier, seq0 + j, now if tier == "cold" else None, cid, tier)).rowcount
+            return n
+
+    def record_values(self, values: dict[str, float]) -> None:
+        """Remember the latest and maximum value each card got (for `archive`); does not bump `seq`."""
+        if not values:
+            return
+        with self.transaction() as c:
+            c.executemany("UPDATE cards SET value_last = ?, value_max = max(coalesce(value_max, ?), ?), "
+                          "value_n = value_n + 1 WHERE card_id = ?",
+                          [(float(v), float(v), float(v), k) for k, v in values.items()])
+
+    def save_context(self, session_id: str, data: dict[str, Any]) -> None:
+        """Keep the last built context of a session (for `scripts/explain.py`)."""
+        with self.transaction() as c:
+            c.execute("INSERT INTO contexts VALUES (?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET "
+                      "created=excluded.created, data=excluded.data",
+                      (session_id, time.time(), json.dumps(data, ensure_ascii=False)))
+
+    def last_context(self, session_id: str | None = None) -> dict[str, Any] | None:
+        """The last saved context of a session (the most recent of any session when None)."""
+        if session_id is None:
+            rows = self._query("SELECT data FROM contexts ORDER BY created DESC LIMIT 1")
+        else:
+            rows = self._query("SELECT data FROM contexts WHERE session_id = ?", (session_id,))
+        return json.loads(rows[0][0]) if rows else None
+
+    # ------------------------------------------------------------------ embeddings
+
+    def put_embeddings(self, rows: Sequence[tuple[int, int]], vectors: np.ndarray, model: str) -> None:
+        """Cache embeddings for `(rowid, seq)` rows (float32, one row per card)."""
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        with self.transaction() as c:
+            c.executemany("INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?, ?)",
+                          [(r, s, model, vectors[i].tobytes()) for i, (r, s) in enumerate(rows)])
+
+    def get_embeddings(self, rows: Sequence[tuple[int, int]], model: str, dim: int) -> dict[int, np.ndarray]:
+        """Cached embeddings whose seq and model still match, by rowid."""
+        out: dict[int, np.ndarray] = {}
+        want = dict(rows)
+        ids = list(want)
+        for i in range(0, len(ids), 900):
+            chunk = ids[i:i + 900]
+            q = f"SELECT card_rowid, seq, model, vector FROM embeddings WHERE card_rowid IN ({','.join('?' * len(chunk))})"
+            for r, s, m, blob in self._query(q, chunk):
+                if s == want[r] and m == model and len(blob) == 4 * dim:
+                    out[r] = np.frombuffer(blob, dtype=np.float32)
+        return out
+
+    # ------------------------------------------------------------------ reads
+
+    _COLS = "data, rowid, session_id, tier, pinned, t, seq"
+
+    @staticmethod
+    def _stored(row: tuple) -> StoredCard:
+        return StoredCard(Card.from_dict(json.loads(row[0])), row[1], row[2], row[3], bool(row[4]), row[5], row[6])
+
+    def get(self, card_id: str) -> Card | None:
+        """The card with this id (any tier), exactly as written; None when unknown."""
+        rows = self._query("SELECT data FROM cards WHERE card_id = ?", (card_id,))
+        return Card.from_dict(json.loads(rows[0][0])) if rows else None
+
+    def get_stored(self, card_id: str) -> StoredCard | None:
+        rows = self._query(f"SELECT {self._COLS} FROM cards WHERE card_id = ?", (card_id,))
+        return self._stored(rows[0]) if rows else None
+
+    def by_rowids(self, rowids: Sequence[int]) -> list[StoredCard]:
+        """Cards for these rowids, in the given order (unknown rowids are skipped)."""
+        if not rowids:
+            return []
+        got: dict[int, StoredCard] = {}
+        ids = [int(r) for r in rowids]
+        for i in range(0, len(ids), 900):
+            chunk = ids[i:i + 900]
+            for row in self._query(f"SELECT {self._COLS} FROM cards WHERE rowid IN ({','.join('?' * len(chunk))})",
+                                   chunk):
+                got[row[1]] = self._stored(row)
+        return [got[r] for r in ids if r in got]
+
+    def recent(self, n: int, tier: str = "hot") -> list[StoredCard]:
+        """The `n` most recently inserted cards of a tier, newest first."""
+        return [self._stored(r) for r in self._query(
+            f"SELECT {self._COLS} FROM cards WHERE tier = ? ORDER BY rowid DESC LIMIT ?", (tier, n))]
+
+    def pinned(self, n: int) -> list[StoredCard]:
+        """The `n` most recent pinned hot cards, newest first."""
+        return [self._stored(r) for r in self._query(
+            f"SELECT {self._COLS} FROM cards WHERE pinned = 1 AND tier = 'hot' ORDER BY rowid DESC LIMIT ?", (n,))]
+
+    def session_cards(self, session_id: str, tier: str | None = None) -> list[StoredCard]:
+        """A session's cards in message order."""
+        sql = f"SELECT {self._COLS} FROM cards WHERE session_id = ?" + (" AND tier = ?" if tier else "")
+        args = (session_id, tier) if tier else (session_id,)
+        return [self._stored(r) for r in self._query(sql + " ORDER BY position, rowid", args)]
+
+    def all_cards(self, tier: str | None = "hot") -> list[StoredCard]:
+        sql = f"SELECT {self._COLS} FROM cards" + (" WHERE tier = ?" if tier else "") + " ORDER BY rowid"
+        return [self._stored(r) for r in self._query(sql, (tier,) if tier else ())]
+
+    def changed_since(self, seq: int) -> list[tuple[int, int, str]]:
+        """`(rowid, seq, tier)` of every row written after `seq`."""
+        return self._query("SELECT rowid, seq, tier FROM cards WHERE seq > ? ORDER BY seq", (seq,))
+
+    def hot_rows(self) -> list[tuple[int, int]]:
+        """`(rowid, seq)` of every hot card."""
+        return self._query("SELECT rowid, seq FROM cards WHERE tier = 'hot' ORDER BY rowid")
+
+    def stamp(self) -> dict[str, int]:
+        """What an index built now must match: hot card count, max rowid and the change counter."""
+        n, mx = self._query("SELECT count(*), coalesce(max(rowid), 0) FROM cards WHERE tier = 'hot'")[0]
+        seq = self._query("SELECT value FROM counters WHERE name = 'seq'")[0][0]
+        return {"count": n, "max_rowid": mx, "seq": seq}
+
+    def sum_tokens(self, session_id: str, before_position: int) -> int:
+        """Total `n_tokens` of a session's cards that start before a message index (any tier)."""
+        return self._query("SELECT coalesce(sum(n_tokens), 0) FROM cards WHERE session_id = ? AND position < ?",
+                           (session_id, before_position))[0][0]
+
+    def lifecycle_rows(self, tier: str = "hot") -> list[tuple[str, float, float | None, bool]]:
+        """`(card_id, t, value_max, pinned)` for lifecycle decisions."""
+        return [(r[0], r[1], r[2], bool(r[3])) for r in self._query(
+            "SELECT card_id, t, value_max, pinned FROM cards WHERE tier = ?", (tier,))]
+
+    def count(self, tier: str | None = None) -> int:
+        if tier is None:
+            return self._query("SELECT count(*) FROM cards")[0][0]
+        return self._query("SELECT count(*) FROM cards WHERE tier = ?", (tier,))[0][0]
+
+    def integrity_check(self) -> str:
+        return self._query("PRAGMA integrity_check")[0][0]

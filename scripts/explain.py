@@ -1,0 +1,10 @@
+"""Explain a DAMC context: a stored session's last one, or one decision of an episode file.
+
+    python scripts/explain.py store runs/mem [--session S]
+    python scripts/explain.py episode data/samples/bfcl_sample.jsonl [--index K] [--episode ID]
+"""
+
+from damc.explain import main
+
+if __name__ == "__main__":
+    main()
