@@ -1,0 +1,112 @@
+"""Export a training run to a self-contained scorer directory: `main(cfg)` behind `scripts/export.py`.
+
+Writes `model.safetensors` + `config.json` (fp32), the tokenizer and `damc_scorer.json` (render
+version, label normalisation, max length, teacher, base model, dev metrics), and optionally
+`model.onnx` (legacy TorchScript exporter, dynamic batch and sequence axes; checked against PyTorch on
+a probe batch) and `model_int8.onnx` (onnxruntime dynamic int8 quantisation of the linear layers).
+
+Example:
+    $ python scripts/export.py run_dir=runs/scorer out=artifacts/scorer onnx=true
+    >>> CardScorer.from_pretrained("artifacts/scorer", backend="onnx").score(query, cards)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+_PROBE = [("user: my order 88412 never arrived\ntools: get_order, refund",
+           "[tool_error] get_order(order_id=88412) failed: 500 Internal Server Error"),
+          ("user: book a flight to Paris", "[user] I prefer window seats"),
+          ("q", "a much longer card text " * 20)]
+
+
+def export_onnx(model: Any, tokenizer: Any, path: Path, opset: int = 17) -> Path:
+    """Write `model` (HF sequence classifier, fp32) as ONNX with dynamic (batch, seq) axes."""
+    import torch
+
+    enc = tokenizer([p[0] for p in _PROBE[:2]], [p[1] for p in _PROBE[:2]], return_tensors="pt", padding=True)
+    names = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc]
+    model = model.float().eval()
+
+    class _Wrapper(torch.nn.Module):  # positional inputs -> logits, so the graph has exactly these I/O
+        def __init__(self, m: Any) -> None:
+            super().__init__()
+            self.m = m
+
+        def forward(self, *args: Any) -> Any:
+            return self.m(**dict(zip(names, args))).logits
+
+    axes = {n: {0: "batch", 1: "seq"} for n in names} | {"logits": {0: "batch"}}
+    with torch.inference_mode():
+        torch.onnx.export(_Wrapper(model), tuple(enc[n] for n in names), str(path), input_names=names,
+                          output_names=["logits"], dynamic_axes=axes, opset_version=opset, dynamo=False)
+    return path
+
+
+def quantize_int8(src: Path, dst: Path) -> Path:
+    """Dynamic int8 quantisation of an ONNX model's weights (onnxruntime)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+    return dst
+
+
+def build_metadata(run_dir: Path) -> dict[str, Any]:
+    """`damc_scorer.json` contents from a run's `train_meta.json` and `metrics.json`."""
+    from damc.scorer.model import FORMAT_VERSION
+
+    meta_path = run_dir / "train_meta.json"
+    if not meta_path.exists():
+        raise FileNotFoundError(f"{meta_path} is missing: {run_dir} is not a finished training run "
+                                f"(python scripts/train.py ... out_dir={run_dir})")
+    tm = json.loads(meta_path.read_text())
+    metrics = json.loads((run_dir / "metrics.json").read_text()) if (run_dir / "metrics.json").exists() else {}
+    keep = {k: metrics[k] for k in ("scorer", "cosine", "recency", "split", "n_decisions", "n_pairs") if k in metrics}
+    return {"format_version": FORMAT_VERSION, "render_version": tm["render_version"],
+            "normalization": tm["normalization"], "max_length": tm["max_length"], "teacher": tm["teacher"],
+            "estimators": tm.get("estimators"), "base_model": tm["base_model"], "loss": tm.get("loss"),
+            "labels": tm.get("labels"), "metrics": keep, "score_units": "normalised delta (to_delta -> nats)"}
+
+
+def main(cfg: Any) -> dict[str, Any]:
+    """Export `cfg.run_dir` to `cfg.out`; returns `{"out", "files", "onnx_max_abs_diff"?}`.
+
+    Example:
+        >>> main(OmegaConf.create({"run_dir": "runs/t", "out": "artifacts/s", "onnx": True, "int8": False,
+        ...                        "opset": 17, "check_tolerance": 1e-3}))
+    """
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from damc.scorer.model import ONNX_FILE, ONNX_INT8_FILE, CardScorer
+
+    run_dir, out = Path(cfg.run_dir), Path(cfg.out)
+    if not (run_dir / "model" / "config.json").exists():
+        raise FileNotFoundError(f"{run_dir}/model is missing: train first (scripts/train.py out_dir={run_dir})")
+    meta = build_metadata(run_dir)
+    model = AutoModelForSequenceClassification.from_pretrained(str(run_dir / "model")).float().eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(run_dir / "model"))
+    scorer = CardScorer(model, tokenizer, meta)
+    scorer.save_pretrained(out)
+    result: dict[str, Any] = {"out": str(out)}
+    if cfg.get("onnx"):
+        export_onnx(model, tokenizer, out / ONNX_FILE, int(cfg.get("opset", 17)))
+        ref = scorer.predict(_PROBE)
+        got = CardScorer.from_pretrained(out, backend="onnx").predict(_PROBE)
+        diff = float(np.abs(ref - got).max())
+        result["onnx_max_abs_diff"] = diff
+        if diff > float(cfg.get("check_tolerance", 1e-3)):
+            raise RuntimeError(f"ONNX scores differ from PyTorch by {diff:.2e} on the probe batch")
+        if cfg.get("int8"):
+            quantize_int8(out / ONNX_FILE, out / ONNX_INT8_FILE)
+    elif cfg.get("int8"):
+        raise ValueError("int8=true needs onnx=true")
+    result["files"] = sorted(p.name for p in out.iterdir())
+    logger.info("exported %s -> %s (%s)", run_dir, out, ", ".join(result["files"]))
+    return result

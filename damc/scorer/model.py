@@ -1,0 +1,343 @@
+"""`CardScorer`: the distilled cross-encoder that values memory cards for a decision, cheaply.
+
+A scorer directory (written by `scripts/export.py` or `CardScorer.save_pretrained`) is self-contained:
+`model.safetensors` + `config.json` (a Hugging Face sequence-classification encoder with one output),
+the tokenizer, optionally `model.onnx` / `model_int8.onnx`, and `damc_scorer.json` — the query
+rendering version it was trained with (checked on load), the label normalisation (scores are in
+normalised-delta units; `to_delta` maps them back to nats), `max_length`, teacher, base model and the
+fidelity metrics of the run.
+
+Inference is built to run at every decision: pairs are tokenised once, sorted by length and batched
+(little padding), run under `torch.inference_mode` in fp32 or bf16, or through onnxruntime, with the
+thread count set explicitly.
+
+Example:
+    >>> from damc import CardScorer
+    >>> from damc.query import render_decision_query
+    >>> scorer = CardScorer.from_pretrained("artifacts/scorer", dtype="bfloat16")
+    >>> query = render_decision_query(messages[:k], tools)
+    >>> scores = scorer.score(query, cards)            # np.ndarray, one score per card
+    >>> scorer.rank(query, cards, top_k=5)[0]
+    {'corpus_id': 3, 'score': 2.1, 'card_id': 'sup-0007:3:0'}
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+META_FILE = "damc_scorer.json"
+ONNX_FILE = "model.onnx"
+ONNX_INT8_FILE = "model_int8.onnx"
+FORMAT_VERSION = 1
+
+
+class ScorerFormatError(ValueError):
+    """A scorer directory that is missing files or metadata."""
+
+
+class IncompatibleScorerError(ValueError):
+    """A scorer trained with a different query/card rendering than this version of DAMC uses."""
+
+
+def available_cpus() -> int:
+    """CPU cores this process may use (cgroup/affinity aware)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
+    """Read and check `damc_scorer.json` of a scorer directory.
+
+    Raises:
+        ScorerFormatError: the directory or the metadata file is missing or unreadable.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise ScorerFormatError(f"{path} is not a directory; expected a scorer directory written by "
+                                f"scripts/export.py (safetensors weights, tokenizer, {META_FILE})")
+    meta_path = path / META_FILE
+    if not meta_path.exists():
+        raise ScorerFormatError(f"{path} has no {META_FILE}: not a DAMC scorer directory. Export a training run "
+                                f"with `python scripts/export.py run_dir=RUN out={path}`")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except json.JSONDecodeError as e:
+        raise ScorerFormatError(f"{meta_path} is not valid JSON ({e.msg})") from None
+    for key in ("render_version", "normalization", "max_length"):
+        if key not in meta:
+            raise ScorerFormatError(f"{meta_path} lacks the field {key!r}")
+    return meta
+
+
+class CardScorer:
+    """Scores `(decision query, card)` pairs with a distilled cross-encoder.
+
+    Higher scores mean the card matters more for the decision; scores are in the normalised-delta units
+    of training (`to_delta` converts to the teacher's nats).
+
+    Args:
+        model: a `transformers` sequence-classification model (torch backend) or None (onnx backend).
+        tokenizer: its tokenizer.
+        metadata: the contents of `damc_scorer.json`.
+        session: an `onnxruntime.InferenceSession` (onnx backend).
+        batch_size: pairs per forward pass.
+        dtype: "float32" | "bfloat16" (torch backend).
+        path: the directory it was loaded from, if any.
+
+    Example:
+        >>> s = CardScorer.from_pretrained("artifacts/scorer")
+        >>> s.predict([("user: refund order 88412", "[tool_result] get_order(order_id=88412) -> ...")])
+        array([1.73], dtype=float32)
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, metadata: dict[str, Any], *, session: Any = None,
+                 batch_size: int = 64, dtype: str = "float32", path: str | None = None) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.metadata = dict(metadata)
+        self.session = session
+        self.batch_size = batch_size
+        self.dtype = dtype
+        self.path = path
+        self.max_length = int(self.metadata.get("max_length", 256))
+        self._onnx_inputs = [i.name for i in session.get_inputs()] if session is not None else []
+
+    # ------------------------------------------------------------------ loading / saving
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, *, dtype: str = "float32", backend: str = "torch",
+                        device: str = "cpu", batch_size: int = 64, num_threads: int | None = None,
+                        onnx_file: str = ONNX_FILE, check_render_version: bool = True) -> "CardScorer":
+        """Load a scorer directory.
+
+        Args:
+            path: directory written by `scripts/export.py` or `save_pretrained`.
+            dtype: "float32" | "bfloat16" weights (torch backend; bf16 is fastest on AMX/AVX512-BF16 CPUs).
+            backend: "torch" | "onnx" (onnxruntime on CPU; needs `model.onnx`, see `export.py onnx=true`).
+            device: torch device ("cpu", "cuda", ...).
+            batch_size: pairs per forward pass.
+            num_threads: intra-op threads (default: the cores this process may use).
+            onnx_file: which ONNX file to load ("model.onnx" or "model_int8.onnx").
+            check_render_version: refuse a scorer trained with another query/card rendering.
+
+        Raises:
+            ScorerFormatError: missing `damc_scorer.json`, weights or ONNX file.
+            IncompatibleScorerError: `render_version` differs from `damc.query.RENDER_VERSION`.
+
+        Example:
+            >>> scorer = CardScorer.from_pretrained("artifacts/scorer", dtype="bfloat16")
+            >>> onnx_scorer = CardScorer.from_pretrained("artifacts/scorer", backend="onnx")
+        """
+        from damc.query import RENDER_VERSION
+        from transformers import AutoTokenizer
+
+        path = Path(path)
+        meta = read_metadata(path)
+        if check_render_version and str(meta["render_version"]) != str(RENDER_VERSION):
+            raise IncompatibleScorerError(
+                f"{path} was trained on query/card rendering version {meta['render_version']!r} but this DAMC "
+                f"renders version {RENDER_VERSION!r}; retrain (or re-export) the scorer on labels rendered by "
+                f"this version, or pass check_render_version=False to score anyway")
+        threads = num_threads or available_cpus()
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        if backend == "torch":
+            import torch
+            from transformers import AutoModelForSequenceClassification
+
+            from damc.models import pick_dtype
+
+            if not (path / "config.json").exists():
+                raise ScorerFormatError(f"{path} has no config.json / weights")
+            if num_threads or torch.get_num_threads() > threads:
+                torch.set_num_threads(threads)
+            torch_dtype = pick_dtype(dtype, device)
+            model = AutoModelForSequenceClassification.from_pretrained(str(path), dtype=torch_dtype)
+            model = model.to(device).eval()
+            return cls(model, tokenizer, meta, batch_size=batch_size, path=str(path),
+                       dtype="bfloat16" if torch_dtype == torch.bfloat16 else "float32")
+        if backend == "onnx":
+            import onnxruntime as ort
+
+            onnx_path = path / onnx_file
+            if not onnx_path.exists():
+                raise ScorerFormatError(f"{onnx_path} is missing; export with "
+                                        f"`python scripts/export.py run_dir=RUN out={path} onnx=true`")
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads = threads
+            opts.inter_op_num_threads = 1
+            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            session = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
+            return cls(None, tokenizer, meta, session=session, batch_size=batch_size, path=str(path),
+                       dtype="int8" if "int8" in onnx_file else "float32")
+        raise ValueError(f"unknown backend {backend!r}; expected 'torch' or 'onnx'")
+
+    def save_pretrained(self, path: str | os.PathLike) -> None:
+        """Write a self-contained scorer directory (weights, tokenizer, `damc_scorer.json`; ONNX files too
+        when this scorer was loaded from a directory that has them).
+
+        Example:
+            >>> scorer.save_pretrained("artifacts/scorer-copy")
+        """
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        if self.model is not None:
+            import torch
+
+            # Always save fp32 weights: a bf16-loaded scorer must not degrade the saved copy silently.
+            model = self.model
+            if next(model.parameters()).dtype != torch.float32 and self.path and Path(self.path).resolve() != path.resolve():
+                logger.warning("saving a %s scorer: copying the original fp32 weights from %s", self.dtype, self.path)
+                for name in ("model.safetensors", "config.json"):
+                    shutil.copy2(Path(self.path) / name, path / name)
+            else:
+                model.save_pretrained(str(path), safe_serialization=True)
+        elif self.path:
+            for name in ("model.safetensors", "config.json"):
+                if (Path(self.path) / name).exists():
+                    shutil.copy2(Path(self.path) / name, path / name)
+        self.tokenizer.save_pretrained(str(path))
+        if self.path and Path(self.path).resolve() != path.resolve():
+            for name in (ONNX_FILE, ONNX_INT8_FILE):
+                if (Path(self.path) / name).exists():
+                    shutil.copy2(Path(self.path) / name, path / name)
+        meta = dict(self.metadata)
+        meta.setdefault("format_version", FORMAT_VERSION)
+        (path / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True))
+
+    # ------------------------------------------------------------------ scoring
+
+    def _encode(self, pairs: Sequence[tuple[str, str]]) -> list[dict[str, list[int]]]:
+        enc = self.tokenizer([p[0] for p in pairs], [p[1] for p in pairs], truncation="longest_first",
+                             max_length=self.max_length, padding=False)
+        keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc]
+        return [{k: enc[k][i] for k in keys} for i in range(len(pairs))]
+
+    @staticmethod
+    def _pad(features: list[dict[str, list[int]]], pad_id: int) -> dict[str, np.ndarray]:
+        width = max(len(f["input_ids"]) for f in features)
+        out = {}
+        for k in features[0]:
+            fill = pad_id if k == "input_ids" else 0
+            arr = np.full((len(features), width), fill, dtype=np.int64)  # (batch, seq)
+            for i, f in enumerate(features):
+                arr[i, :len(f[k])] = f[k]
+            out[k] = arr
+        return out
+
+    def _forward(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        if self.session is not None:
+            feeds = {k: batch[k] for k in self._onnx_inputs}
+            return np.asarray(self.session.run(None, feeds)[0], dtype=np.float32).reshape(-1)
+        import torch
+
+        device = next(self.model.parameters()).device
+        tensors = {k: torch.from_numpy(v).to(device) for k, v in batch.items()}
+        logits = self.model(**tensors).logits  # (batch, 1)
+        return logits.float().view(-1).cpu().numpy()
+
+    def predict(self, pairs: Sequence[tuple[str, str]], batch_size: int | None = None) -> np.ndarray:
+        """Scores of `(query, card_text)` pairs, in input order.
+
+        Args:
+            pairs: `(rendered decision query, rendered card)` tuples.
+            batch_size: pairs per forward pass (default: the scorer's).
+
+        Returns:
+            float32 array of shape (len(pairs),).
+
+        Example:
+            >>> scorer.predict([(query, "[user] my order 88412 never arrived")]).shape
+            (1,)
+        """
+        if len(pairs) == 0:
+            return np.zeros(0, dtype=np.float32)
+        bs = batch_size or self.batch_size
+        feats = self._encode(pairs)
+        order = np.argsort([-len(f["input_ids"]) for f in feats], kind="stable")  # longest first: little padding
+        out = np.empty(len(pairs), dtype=np.float32)
+        pad_id = self.tokenizer.pad_token_id or 0
+        ctx = _inference_mode() if self.session is None else _nullcontext()
+        with ctx:
+            for i in range(0, len(order), bs):
+                idx = order[i:i + bs]
+                out[idx] = self._forward(self._pad([feats[j] for j in idx], pad_id))
+        return out
+
+    def score(self, decision: str, cards: Sequence[Any], batch_size: int | None = None) -> np.ndarray:
+        """Score each card for one decision.
+
+        Args:
+            decision: the rendered decision query (`damc.query.render_decision_query`).
+            cards: `Card` objects (rendered with `damc.query.render_card`) or already-rendered strings.
+
+        Returns:
+            float32 array, one score per card (higher = more useful for this decision).
+
+        Example:
+            >>> scorer.score(query, cards).argmax()   # the most useful card
+        """
+        return self.predict([(decision, card_text(c)) for c in cards], batch_size=batch_size)
+
+    def rank(self, decision: str, cards: Sequence[Any], top_k: int | None = None) -> list[dict[str, Any]]:
+        """Cards sorted by score, best first: `[{"corpus_id", "score", "card_id"?}, ...]`.
+
+        `card_id` is present for `Card` inputs. `top_k=None` returns every card.
+
+        Example:
+            >>> [r["card_id"] for r in scorer.rank(query, cards, top_k=3)]
+            ['sup-0007:3:0', 'sup-0007:1', 'sup-0007:5:0']
+        """
+        scores = self.score(decision, cards)
+        order = np.argsort(-scores, kind="stable")[: top_k if top_k is not None else len(scores)]
+        out = []
+        for i in order:
+            row: dict[str, Any] = {"corpus_id": int(i), "score": float(scores[i])}
+            cid = getattr(cards[i], "card_id", None)
+            if cid is not None:
+                row["card_id"] = cid
+            out.append(row)
+        return out
+
+    def to_delta(self, scores: np.ndarray) -> np.ndarray:
+        """Map scores (normalised units) back to the teacher's delta scale in nats."""
+        norm = self.metadata["normalization"]
+        return np.asarray(scores) * float(norm.get("std", 1.0)) + float(norm.get("mean", 0.0))
+
+    def __repr__(self) -> str:
+        backend = "onnx" if self.session is not None else "torch"
+        return (f"CardScorer(path={self.path!r}, backend={backend}, dtype={self.dtype}, "
+                f"max_length={self.max_length}, render_version={self.metadata.get('render_version')!r})")
+
+
+def card_text(card: Any) -> str:
+    """The scorer's text of a card: `render_card` for `Card` objects, the string itself otherwise."""
+    if isinstance(card, str):
+        return card
+    from damc.query import render_card
+
+    return render_card(card)
+
+
+def _inference_mode() -> Any:
+    import torch
+
+    return torch.inference_mode()
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
