@@ -157,6 +157,12 @@ class Context:
     session_id: str
     valuer: str = ""
     selector: str = ""
+    current_turn: list[dict[str, Any]] = field(default_factory=list)
+
+    def openai_messages(self) -> list[dict[str, Any]]:
+        """The assembled system message, then the current turn exactly as given (tool-call structure
+        intact), for APIs that need `tool` messages to follow their `tool_calls`."""
+        return [self.messages[0]] + [m for m in self.current_turn if m.get("role") != "system"]
 
     @property
     def memory_lines(self) -> list[str]:
@@ -173,6 +179,7 @@ class Context:
 
     def to_dict(self, with_cards: bool = False) -> dict[str, Any]:
         d = asdict(self)
+        d.pop("current_turn", None)
         if not with_cards:
             for s in d["selected"]:
                 s.pop("card", None)
@@ -465,7 +472,7 @@ class DecisionAwareMemory:
         ctx = Context(out_msgs, selected, dropped, query, budget, tokens_before, tokens_after, sum(kept_tokens),
                       timings, len(cards), self.store.count("hot"), sid,
                       getattr(self.valuer, "name", type(self.valuer).__name__),
-                      getattr(self.selector, "name", type(self.selector).__name__))
+                      getattr(self.selector, "name", type(self.selector).__name__), turn)
         if cfg.record:
             self.store.record_values({c.card_id: float(v) for c, v in zip(cards, values)})
             self.store.save_context(sid, ctx.to_dict())

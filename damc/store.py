@@ -266,7 +266,7 @@ class CardStore:
             return self._upsert(c, cards, session_id, pinned, now)
 
     def ingest(self, session_id: str, fn: Any) -> Any:
-        """Run `fn(state) -> (cards, pinned, new_state, result)` inside one write transaction.
+        """Run `fn(state, get_card) -> (cards, pinned, new_state, result)` inside one write transaction.
 
         `state` is the session's `{"n_messages": int, "pending": {call_id: card_id}}`; the cards are
         upserted and the new state saved atomically with them, so a crash never splits a batch from

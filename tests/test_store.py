@@ -1,0 +1,260 @@
+"""Card store and FAISS index: exact round-trips, WAL, concurrency, crash safety, index rebuilds."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from damc.cards import Card, encode_messages
+from damc.index import CardIndex, IndexConfig, read_index_file
+from damc.store import SCHEMA_VERSION, CardStore
+
+
+def _cards(n: int, prefix: str = "s", start: int = 0) -> list[Card]:
+    out = []
+    for i in range(start, start + n):
+        msgs = [{"role": "assistant", "content": None, "tool_calls": [{"id": f"c{i}", "type": "function",
+                 "function": {"name": "get_order", "arguments": json.dumps({"order_id": str(80000 + i)})}}]},
+                {"role": "tool", "tool_call_id": f"c{i}",
+                 "content": json.dumps({"order_id": str(80000 + i), "state": "shipped" if i % 3 else "lost",
+                                        "note": "ünïcödé ✓ " * (i % 4), "items": [i, i + 1]})}]
+        (c,) = encode_messages(msgs, prefix, start_index=2 * i)
+        c.timestamp = f"2026-01-01T00:{i % 60:02d}:00Z"
+        out.append(c)
+    return out
+
+
+def test_round_trip_exact_after_reopen(tmp_path):
+    db = tmp_path / "cards.db"
+    msgs = [{"role": "user", "content": "Order 88412 never arrived", "timestamp": "2026-01-03T10:00:00Z"},
+            {"role": "assistant", "content": "Checking.", "tool_calls": [{"id": "c1", "type": "function",
+             "function": {"name": "get_order", "arguments": "{\"order_id\": \"88412\", \"deep\": {\"a\": [1, 2.5, null]}}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "{\"status\": \"error\", \"code\": 500, \"message\": \"Internal Server Error\"}"}]
+    cards = encode_messages(msgs, "ep1") + _cards(5)
+    cards[0].meta = {"k": [1, {"x": "y"}], "f": 0.1}
+    with CardStore(db) as store:
+        store.add_cards(cards, session_id="ep1")
+        assert store.journal_mode == "wal"
+        assert store.schema_version == SCHEMA_VERSION
+    with CardStore(db) as store:
+        for c in cards:
+            back = store.get(c.card_id)
+            assert back == c
+            assert back.to_dict() == c.to_dict()
+        assert store.integrity_check() == "ok"
+        assert store.count("hot") == len(cards)
+
+
+def test_update_and_tiers(tmp_path):
+    with CardStore(tmp_path / "c.db") as store:
+        cards = _cards(3)
+        store.add_cards(cards, "s")
+        seq = store.stamp()["seq"]
+        cards[0].raw_text = "changed"
+        store.add_cards([cards[0]], "s")
+        assert store.get(cards[0].card_id).raw_text == "changed"
+        assert store.count() == 3 and store.stamp()["seq"] > seq
+        assert store.set_tier([cards[1].card_id], "cold") == 1
+        assert store.count("hot") == 2 and store.count("cold") == 1
+        assert store.get(cards[1].card_id) == cards[1]  # cold cards still expand
+
+
+def _writer(db: str, prefix: str, n_batches: int, batch: int) -> None:
+    store = CardStore(db)
+    for b in range(n_batches):
+        store.add_cards(_cards(batch, prefix, start=b * batch), session_id=prefix)
+    store.close()
+
+
+def test_two_processes_lose_nothing(tmp_path):
+    db = str(tmp_path / "cards.db")
+    CardStore(db).close()
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(db, p, 40, 25)) for p in ("a", "b")]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    with CardStore(db) as store:
+        assert store.count() == 2 * 40 * 25
+        ids = {sc.card.card_id for sc in store.all_cards(None)}
+        assert len(ids) == 2000
+        assert store.stamp()["seq"] == 2000  # every write got its own change number
+
+
+def _memory_writer(db: str, who: str, n: int) -> None:
+    from damc.memory import DecisionAwareMemory
+
+    mem = DecisionAwareMemory(db, tokenizer=None, session_id="shared")
+    for i in range(n):
+        mem.add_messages([{"role": "user", "content": f"{who} message {i}"},
+                          {"role": "assistant", "content": None, "tool_calls": [{"id": f"{who}{i}", "type": "function",
+                           "function": {"name": "lookup", "arguments": json.dumps({"q": f"{who}{i}"})}}]},
+                          {"role": "tool", "tool_call_id": f"{who}{i}", "content": json.dumps({"id": f"{who}{i}"})}])
+    mem.store.close()
+
+
+def test_two_memories_share_one_session(tmp_path):
+    db = str(tmp_path / "mem" / "cards.db")
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_memory_writer, args=(db, w, 30)) for w in ("x", "y")]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    with CardStore(db) as store:
+        assert store.session_state("shared") == {"n_messages": 180, "pending": {}}
+        cards = store.session_cards("shared")
+        assert len(cards) == 120
+        tool_cards = [sc.card for sc in cards if sc.card.tool_name]
+        assert len(tool_cards) == 60 and all(c.result == {"id": c.arguments["q"]} for c in tool_cards)
+
+
+def _slow_batch(db: str, marker: str) -> None:
+    store = CardStore(db)
+    cards = _cards(200, "k", start=1000)
+    with store.transaction() as c:
+        store._upsert(c, cards[:100], "k", None, time.time())
+        Path(marker).write_text("mid-batch")
+        time.sleep(60)  # killed here
+        store._upsert(c, cards[100:], "k", None, time.time())
+
+
+def test_killed_mid_batch_leaves_consistent_store(tmp_path):
+    db = str(tmp_path / "cards.db")
+    with CardStore(db) as store:
+        store.add_cards(_cards(50, "k"), "k")
+    marker = tmp_path / "marker"
+    p = mp.get_context("spawn").Process(target=_slow_batch, args=(db, str(marker)))
+    p.start()
+    deadline = time.time() + 60
+    while not marker.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    assert marker.exists()
+    os.kill(p.pid, signal.SIGKILL)
+    p.join(10)
+    assert p.exitcode == -signal.SIGKILL
+    with CardStore(db) as store:
+        assert store.integrity_check() == "ok"
+        assert store.count() == 50  # the half-written batch is gone, the earlier one intact
+        assert all(sc.card == c for sc, c in zip(store.all_cards(), _cards(50, "k")))
+        store.add_cards(_cards(3, "k", start=5000), "k")  # and it is writable again
+        assert store.count() == 53
+
+
+# ----------------------------------------------------------------------------- FAISS index
+
+@pytest.fixture()
+def filled(tmp_path):
+    store = CardStore(tmp_path / "cards.db")
+    store.add_cards(_cards(40), "s")
+    yield store, tmp_path / "cards.faiss"
+    store.close()
+
+
+def test_index_persisted_and_reloaded(filled):
+    store, path = filled
+    idx = CardIndex(store, "minilm-l6", path, IndexConfig(save_interval_s=0))
+    idx.sync()
+    assert idx.last_rebuild_reason == "missing" and path.exists()
+    _, header = read_index_file(path)
+    assert header["stamp"]["count"] == 40 and header["model"] == "minilm-l6" and header["dim"] == 384
+    again = CardIndex(store, "minilm-l6", path)
+    assert again.sync() == 0 and again.last_rebuild_reason is None and again.ntotal == 40
+    rowids, sims = again.search_text("get_order order_id 80007 shipped", 5)
+    assert len(rowids) == 5 and sims[0] >= sims[-1]
+
+
+def test_index_missing_is_rebuilt(filled):
+    store, path = filled
+    CardIndex(store, "minilm-l6", path).sync()
+    path.unlink()
+    idx = CardIndex(store, "minilm-l6", path)
+    idx.sync()
+    assert idx.last_rebuild_reason == "missing" and idx.ntotal == 40 and path.exists()
+
+
+def test_index_corrupt_is_rebuilt(filled):
+    store, path = filled
+    CardIndex(store, "minilm-l6", path).sync()
+    blob = bytearray(path.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    path.write_bytes(bytes(blob))
+    idx = CardIndex(store, "minilm-l6", path)
+    idx.sync()
+    assert idx.last_rebuild_reason == "corrupt" and idx.ntotal == 40
+    path.write_bytes(b"garbage")
+    idx = CardIndex(store, "minilm-l6", path)
+    idx.sync()
+    assert idx.last_rebuild_reason == "corrupt" and idx.ntotal == 40
+    read_index_file(path)  # the rewritten file is valid
+
+
+def test_index_stale_catches_up_and_foreign_stamp_rebuilds(filled, tmp_path):
+    store, path = filled
+    CardIndex(store, "minilm-l6", path).sync()
+    new = _cards(5, "t", start=500)
+    store.add_cards(new, "t")          # written while no index was listening
+    store.set_tier([_cards(1)[0].card_id], "cold")
+    idx = CardIndex(store, "minilm-l6", path, IndexConfig(save_interval_s=0))
+    assert idx.load() and idx.seq < store.stamp()["seq"]   # stale: loaded, then caught up
+    idx.sync()
+    assert idx.ntotal == 44 == store.count("hot")
+    hot = {sc.rowid for sc in store.all_cards("hot")}
+    rowids, _ = idx.search_text(new[2].raw_text, 44)
+    assert set(int(r) for r in rowids) == hot
+    # an index whose stamp this store cannot have produced (another store's file) is rebuilt
+    other = CardStore(tmp_path / "other.db")
+    other.add_cards(_cards(2, "o"), "o")
+    idx2 = CardIndex(other, "minilm-l6", path)
+    idx2.sync()
+    assert idx2.last_rebuild_reason == "stamp does not match this store" and idx2.ntotal == 2
+    other.close()
+
+
+def test_index_encoder_change_rebuilds_and_embeddings_are_cached(filled):
+    store, path = filled
+    CardIndex(store, "minilm-l6", path).sync()
+
+    class Counting:
+        def __init__(self):
+            from damc.models import load_sentence_encoder
+            self.inner, self.n = load_sentence_encoder("minilm-l6"), 0
+
+        def encode(self, texts, **kw):
+            self.n += len(texts)
+            return self.inner.encode(texts, **kw)
+
+    enc = Counting()
+    idx = CardIndex(store, enc, path, encoder_name="minilm-l6")
+    path.unlink()
+    idx.sync()
+    assert idx.ntotal == 40 and enc.n == 1  # only the dimension probe: vectors came from SQLite
+    enc2 = Counting()
+    idx = CardIndex(store, enc2, path, encoder_name="another-encoder")
+    idx.sync()
+    assert idx.last_rebuild_reason.startswith("encoder changed") and enc2.n == 41
+
+
+def test_ivf_index_type(tmp_path):
+    store = CardStore(tmp_path / "c.db")
+    store.add_cards(_cards(300), "s")
+    idx = CardIndex(store, "minilm-l6", tmp_path / "c.faiss", IndexConfig(index_type="ivf", nlist=8, nprobe=8))
+    idx.sync()
+    assert type(idx._index).__name__ == "IndexIVFFlat" and idx.ntotal == 300
+    store.set_tier([_cards(1)[0].card_id], "cold")
+    idx.sync()
+    assert idx.ntotal == 299
+    reloaded = CardIndex(store, "minilm-l6", tmp_path / "c.faiss", IndexConfig(index_type="ivf"))
+    idx.save(force=True)
+    assert reloaded.load() and reloaded.ntotal == 299
+    store.close()
