@@ -1,0 +1,53 @@
+"""Selectors: top-k, threshold and time decay, all under a token budget."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from damc.cards import Card
+from damc.select import DecayHybrid, Threshold, TopK, card_age, default_budget
+from damc.store import parse_time
+
+
+def _card(i, ts=None):
+    return Card(f"e:{i}", "e", i, "user", "user", f"message {i}", ts)
+
+
+CARDS = [_card(i) for i in range(6)]
+VALUES = np.array([0.9, 0.1, 0.5, 0.8, 0.3, 0.7], dtype=np.float32)
+
+
+def test_default_budget():
+    assert default_budget(8192, 2000) == int(6192 * 0.65)
+    assert default_budget(1000, 1200) == 0
+    with pytest.raises(ValueError):
+        default_budget(100, 10, fraction=1.5)
+
+
+def test_topk_respects_k_and_budget():
+    sel = TopK(3).select(CARDS, VALUES, [10] * 6, budget=1000)
+    assert sel.kept == [0, 3, 5] and sel.used_tokens == 30
+    assert sel.dropped == {2: "rank", 4: "rank", 1: "rank"}
+    # card 3 is too big for the budget: skipped for "budget", a smaller one further down takes its place
+    sel = TopK(3).select(CARDS, VALUES, [10, 10, 10, 500, 10, 10], budget=100)
+    assert sel.kept == [0, 5, 2] and sel.dropped[3] == "budget" and sel.used_tokens <= 100
+
+
+def test_threshold():
+    sel = Threshold(0.5).select(CARDS, VALUES, [10] * 6, budget=25)
+    assert sel.kept == [0, 3]
+    assert sel.dropped == {5: "budget", 2: "budget", 4: "below_threshold", 1: "below_threshold"}
+
+
+def test_decay_hybrid_in_hours_and_turns():
+    now = parse_time("2026-01-02T00:00:00Z")
+    cards = [_card(0, "2026-01-01T00:00:00Z"), _card(1, "2026-01-01T23:00:00Z")]   # 24 h and 1 h old
+    sel = DecayHybrid(lam=0.1, k=1).select(cards, np.array([0.9, 0.5]), [5, 5], budget=100, now=now)
+    assert sel.kept == [1]   # 0.9·e^-2.4 ≈ 0.08 < 0.5·e^-0.1 ≈ 0.45
+    np.testing.assert_allclose(sel.scores, [0.9 * np.exp(-2.4), 0.5 * np.exp(-0.1)], rtol=1e-5)
+    ages, unit = card_age(CARDS, None)
+    assert unit == "turns" and list(ages) == [5, 4, 3, 2, 1, 0]
+    sel = DecayHybrid(lam=0.3, k=None, min_value=0.21).select(CARDS, VALUES, [1] * 6, budget=100)
+    assert sel.kept == [5, 3, 4] and all(sel.dropped[i] == "below_threshold" for i in (0, 1, 2))
+    assert DecayHybrid(lam=0.0, k=2).select(CARDS, VALUES, [1] * 6, 100).kept == [0, 3]
