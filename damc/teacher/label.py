@@ -1,0 +1,230 @@
+"""`main(cfg)` behind `scripts/label.py`: counterfactual labels for every decision of an episode file.
+
+For each decision point (in file order; the first `max_decisions`), the candidate cards are valued by the
+configured estimator under the configured teacher, and one row per card is written (DESIGN.md label
+rows, see `damc.teacher.labels`). Decisions without candidate cards are skipped and counted.
+
+Output layout (`out_dir`):
+    shards/part-AAAAAA-BBBBBB.parquet   rows of a batch of decisions (global ordinals AAAAAA..BBBBBB),
+                                        written to a temp file and renamed: a shard is whole or absent
+    progress/rank-R.json                per-process manifest, rewritten atomically after every shard
+    label_config.json                   what the labels depend on; a resume with other settings fails
+    summary.json                        totals of the finished run
+
+Resuming: on start, the decision ids already present in `shards/` are skipped, so a killed run re-run
+with the same command finishes without duplicate or lost rows (a crash loses at most one shard).
+
+Sharding: under `accelerate launch --num_processes N` each process (accelerate `PartialState`) takes
+every Nth decision (`shard_decisions`) and writes its own shards; on GPUs each process uses its own
+device. Load the result with `damc.teacher.labels.load_labels(out_dir)`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence, TypeVar
+
+import numpy as np
+
+from damc.data.episodes import DecisionPoint, atomic_write_text, decision_points, load_episodes
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def plan_decisions(path: str | os.PathLike, tool_calls_only: bool = False,
+                   max_decisions: int | None = None) -> list[DecisionPoint]:
+    """Every decision point of an episode file in order (episode, then message index), capped.
+
+    Raises:
+        ValueError: the file holds no decision point (no assistant message).
+    """
+    eps = load_episodes(path)
+    dps = [dp for ep in eps for dp in decision_points(ep, tool_calls_only=tool_calls_only)]
+    if not dps:
+        raise ValueError(f"{path}: {len(eps)} episodes but no decision points (no assistant messages"
+                         f"{' with tool calls' if tool_calls_only else ''}); nothing to label")
+    return dps[:max_decisions] if max_decisions is not None else dps
+
+
+def shard_decisions(items: Sequence[T], rank: int, world_size: int) -> list[tuple[int, T]]:
+    """`(global ordinal, item)` pairs of process `rank`: every `world_size`-th item from `rank`."""
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} outside world of size {world_size}")
+    return [(i, items[i]) for i in range(rank, len(items), world_size)]
+
+
+def _done_decisions(shard_dir: Path) -> set[str]:
+    import pyarrow.parquet as pq
+
+    done: set[str] = set()
+    for f in sorted(shard_dir.glob("part-*.parquet")):
+        done.update(pq.read_table(f, columns=["decision_id"]).column(0).to_pylist())
+    return done
+
+
+def _write_shard(shard_dir: Path, name: str, rows: list[dict[str, Any]]) -> Path:
+    """Write rows as one parquet shard, atomically (temp file in the same dir, then rename)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from damc.teacher.labels import label_schema
+
+    table = pa.Table.from_pylist(rows, schema=label_schema())
+    fd, tmp = tempfile.mkstemp(dir=shard_dir, prefix=f".{name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        final = shard_dir / name
+        os.replace(tmp, final)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return final
+
+
+def _fingerprint(cfg: Any) -> dict[str, Any]:
+    """The settings labels depend on (not batch sizes, devices, timeouts or max_decisions)."""
+    from omegaconf import OmegaConf
+
+    teacher = OmegaConf.to_container(cfg.teacher, resolve=True)
+    for k in ("batch_size", "device", "timeout", "retries", "backoff", "api_key", "url"):
+        teacher.pop(k, None)
+    estimator = OmegaConf.to_container(cfg.estimator, resolve=True)
+    estimator.pop("reuse_prefix", None)  # naive or reused: same deltas
+    return {"data": str(Path(cfg.data.path).resolve()), "tool_calls_only": bool(cfg.data.tool_calls_only),
+            "teacher": teacher, "estimator": estimator, "max_cards": cfg.max_cards,
+            "max_card_tokens": cfg.max_card_tokens, "max_context_tokens": cfg.max_context_tokens}
+
+
+def _rows(dp: DecisionPoint, cards: list, res: Any, est_name: str, teacher_id: str) -> list[dict[str, Any]]:
+    from damc.query import RENDER_VERSION, render_card, render_decision_query
+
+    decision_text = render_decision_query(dp.context, dp.episode.tools)
+    keys = set(dp.key_card_ids)
+    rows = []
+    for c, d, w in zip(cards, res.deltas, res.logp_without):
+        if not np.isfinite(d):  # left out by max_cards / the window (already warned)
+            continue
+        rows.append({"decision_id": dp.decision_id, "episode_id": dp.episode.episode_id, "card_id": c.card_id,
+                     "decision_text": decision_text, "card_text": render_card(c), "logp_full": float(res.logp_full),
+                     "logp_without": float(w), "delta": float(d), "estimator": est_name, "teacher": teacher_id,
+                     "n_action_tokens": int(res.n_action_tokens), "decision_index": int(dp.index),
+                     "card_position": int(c.position), "card_kind": c.kind, "is_key": c.card_id in keys,
+                     "render_version": RENDER_VERSION})
+    return rows
+
+
+def main(cfg: Any) -> dict[str, Any]:
+    """Label the decisions of `cfg.data.path` into `cfg.out_dir` (see module docstring); returns the summary."""
+    import hydra
+    from accelerate import PartialState
+    from omegaconf import OmegaConf
+    from tqdm import tqdm
+
+    from damc.teacher.context import ContextTooLongError, candidate_cards
+    from damc.teacher.labels import load_labels
+
+    t0 = time.perf_counter()
+    state = PartialState()
+    rank, world = state.process_index, state.num_processes
+    out = Path(cfg.out_dir)
+    shard_dir, prog_dir = out / "shards", out / "progress"
+    if cfg.overwrite and state.is_main_process and out.exists():
+        import shutil
+
+        shutil.rmtree(out)
+    state.wait_for_everyone()
+    shard_dir.mkdir(parents=True, exist_ok=True)
+    prog_dir.mkdir(parents=True, exist_ok=True)
+    fp = _fingerprint(cfg)
+    fp_path = out / "label_config.json"
+    if fp_path.exists():
+        old = json.loads(fp_path.read_text())
+        if old != json.loads(json.dumps(fp)):
+            raise ValueError(f"{out} holds labels made with other settings ({fp_path}); use another out_dir "
+                             f"or overwrite=true.\n old: {old}\n new: {fp}")
+    elif state.is_main_process:
+        atomic_write_text(fp_path, json.dumps(fp, indent=2))
+
+    decisions = plan_decisions(cfg.data.path, cfg.data.tool_calls_only, cfg.max_decisions)
+    done = _done_decisions(shard_dir)
+    mine = [(i, dp) for i, dp in shard_decisions(decisions, rank, world) if dp.decision_id not in done]
+    logger.info("rank %d/%d: %d decisions to label (%d already done)", rank, world, len(mine), len(done))
+
+    teacher_cfg = OmegaConf.to_container(cfg.teacher, resolve=True)
+    if teacher_cfg.get("device") == "auto" and world > 1:
+        teacher_cfg["device"] = str(state.device)  # one device per process
+    teacher = hydra.utils.instantiate(teacher_cfg) if mine else None
+    estimator = hydra.utils.instantiate(cfg.estimator, max_cards=cfg.max_cards, max_card_tokens=cfg.max_card_tokens,
+                                        max_context_tokens=cfg.max_context_tokens)
+    est_name = estimator.name
+    stats = {"decisions": 0, "cards": 0, "rows": 0, "skipped_no_cards": 0, "skipped_too_long": 0,
+             "cards_dropped": 0, "cards_truncated": 0, "forward_passes": 0, "forward_tokens": 0,
+             "naive_forward_tokens": 0, "passes_saved": 0.0, "shards": 0}
+    batch: list[dict[str, Any]] = []
+    first = None
+    bar = tqdm(mine, desc=f"label[{rank}]", disable=not state.is_local_main_process or not mine)
+    for n, (ordinal, dp) in enumerate(bar):
+        first = ordinal if first is None else first
+        cards = candidate_cards(dp, teacher.tokenizer)
+        if not cards:
+            stats["skipped_no_cards"] += 1
+        else:
+            try:
+                res = estimator.estimate(teacher, dp, cards)
+            except ContextTooLongError as e:
+                logger.warning("skipped: %s", e)
+                stats["skipped_too_long"] += 1
+                res = None
+            if res is not None:
+                rows = _rows(dp, cards, res, est_name, teacher.model_id)
+                batch += rows
+                stats["decisions"] += 1
+                stats["cards"] += len(rows)
+                stats["cards_dropped"] += len(res.extra.get("dropped", []))
+                stats["cards_truncated"] += len(res.extra.get("truncated", []))
+                stats["forward_passes"] += res.n_forward
+                stats["forward_tokens"] += res.n_forward_tokens
+                naive = int(res.extra.get("naive_tokens", res.n_forward_tokens))
+                stats["naive_forward_tokens"] += naive
+                stats["passes_saved"] += (naive - res.n_forward_tokens) / (naive / max(res.n_forward, 1))
+        last_in_batch = (n + 1) % cfg.shard_size == 0 or n == len(mine) - 1
+        if last_in_batch:
+            if batch:
+                _write_shard(shard_dir, f"part-{first:06d}-{ordinal:06d}.parquet", batch)
+                stats["shards"] += 1
+                stats["rows"] += len(batch)
+            batch, first = [], None
+            atomic_write_text(prog_dir / f"rank-{rank}.json",
+                              json.dumps({"rank": rank, "world_size": world, "last_ordinal": ordinal, **stats}))
+        bar.set_postfix(rows=stats["rows"] + len(batch))
+    stats["wall_time_s"] = round(time.perf_counter() - t0, 2)
+    atomic_write_text(prog_dir / f"rank-{rank}.json", json.dumps({"rank": rank, "world_size": world,
+                                                                  "finished": True, **stats}))
+    state.wait_for_everyone()
+    summary: dict[str, Any] = {"out_dir": str(out), "estimator": est_name, "world_size": world,
+                               "planned_decisions": len(decisions), "already_done": len(done)}
+    if state.is_main_process:
+        for f in sorted(prog_dir.glob("rank-*.json")):
+            if world == 1 and f.name != f"rank-{rank}.json":
+                continue
+            for k, v in json.loads(f.read_text()).items():
+                if k in stats:
+                    summary[k] = summary.get(k, 0) + v if k != "wall_time_s" else max(summary.get(k, 0), v)
+        summary["passes_saved"] = round(summary.get("passes_saved", 0.0), 1)
+        summary["teacher"] = getattr(teacher, "model_id", cfg.teacher.get("model"))
+        files = sorted(shard_dir.glob("part-*.parquet"))
+        summary["total_rows"] = len(load_labels(out)) if files else 0
+        atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
+        logger.info("labels: %s", json.dumps(summary))
+        print("label summary: " + ", ".join(f"{k}={v}" for k, v in summary.items()
+                                            if k not in ("out_dir",)))
+    return summary
