@@ -70,10 +70,12 @@ class PolicyContext:
     Attributes:
         count_tokens: `str -> int` under the decision LLM's tokenizer (budgets are in these tokens).
         llm: the decision LLM backend (`log_prob`/`log_prob_many`), used by `damc_teacher`.
+        window_tokens: the decision LLM's context window; `full` drops its oldest messages beyond it.
     """
 
     count_tokens: Callable[[str], int]
     llm: Any = None
+    window_tokens: int | None = None
 
 
 @dataclass
@@ -177,14 +179,28 @@ def _lc_ready(m: dict[str, Any]) -> dict[str, Any]:
 
 
 class FullPolicy(Policy):
-    """The whole history, verbatim (no memory management; ignores the budget)."""
+    """The whole history, verbatim (no memory management; ignores the budget).
+
+    Only the decision LLM's window limits it: when system prompt + tools + history + current turn +
+    `reserve` tokens would not fit, the oldest history messages go (what any chat client does).
+    """
 
     name = "full"
     budgeted = False
 
+    def __init__(self, reserve: int = 256):
+        self.reserve = reserve
+
     def select(self, dp, cards, budget, ctx):
-        hist = [m for m in dp.history if m.get("role") != "system"]
-        return Selection(hist, [c.card_id for c in cards], sum(_message_tokens(m, ctx) for m in hist))
+        hist = dp.history
+        limit = None
+        if ctx.window_tokens:
+            fixed = build_decision_messages(dp.system, dp.episode.tools, [], dp.current_turn)
+            fixed_tokens = sum(ctx.count_tokens(m["content"]) + MESSAGE_OVERHEAD_TOKENS for m in fixed)
+            limit = max(ctx.window_tokens - fixed_tokens - self.reserve, 0)
+        idx = trim_history(hist, ctx, max_messages=None, budget=limit)
+        msgs = [hist[i] for i in idx]
+        return Selection(msgs, _cards_of_messages(cards, set(idx)), sum(_message_tokens(m, ctx) for m in msgs))
 
 
 class WindowPolicy(Policy):
@@ -306,6 +322,7 @@ class SimilarityPolicy(CardPolicy):
     def __init__(self, encoder: str = "minilm-l6", compress: bool = False):
         self.encoder_name = encoder
         self.compress = compress
+        self._cache: dict[str, np.ndarray] = {}
 
     @functools.cached_property
     def encoder(self) -> Any:
@@ -313,10 +330,17 @@ class SimilarityPolicy(CardPolicy):
 
         return load_sentence_encoder(self.encoder_name)
 
+    def embed_cards(self, cards: list[Card]) -> np.ndarray:
+        """Unit card embeddings `(n, dim)`, each card encoded once (as a runtime index does at ingest)."""
+        new = [c for c in cards if c.card_id not in self._cache]
+        if new:
+            vecs = self.encoder.encode([render_card(c) for c in new], normalize_embeddings=True)
+            self._cache.update(zip((c.card_id for c in new), vecs))
+        return np.stack([self._cache[c.card_id] for c in cards])
+
     def score(self, dp, cards, ctx):
         q = self.encoder.encode([query_of(dp)], normalize_embeddings=True)  # (1, dim)
-        e = self.encoder.encode([render_card(c) for c in cards], normalize_embeddings=True)  # (n, dim)
-        return (e @ q[0]).astype(float)
+        return (self.embed_cards(cards) @ q[0]).astype(float)  # (n,)
 
 
 _TOKEN_RE = re.compile(r"[A-Za-z]+|\d+")
@@ -343,9 +367,10 @@ class BM25Policy(CardPolicy):
 
 
 class LLMJudgePolicy(CardPolicy):
-    """Cards by the runtime's LLM judge (the article's simplified 0–10 relevance prompt).
+    """Cards by the runtime's LLM judge (`damc.value.LLMJudgeValuer`: the article's 0–10 rating prompt).
 
-    Only the `max_cards` newest cards are judged (one LLM call each); older ones score below them.
+    Only the `max_cards` newest cards are judged (one LLM pass each); older ones rank below them. When
+    the judge model is the decision LLM's, its loaded weights are shared.
     """
 
     name = "llm_judge"
@@ -353,18 +378,22 @@ class LLMJudgePolicy(CardPolicy):
     def __init__(self, model: str = "smollm2-135m", max_cards: int = 40, compress: bool = False,
                  **judge_kwargs: Any):
         self.model, self.max_cards, self.compress, self.judge_kwargs = model, max_cards, compress, judge_kwargs
+        self._valuer: Any = None
 
-    @functools.cached_property
-    def valuer(self) -> Any:
-        from damc.value import LLMJudgeValuer
+    def valuer(self, ctx: PolicyContext) -> Any:
+        if self._valuer is None:
+            from damc.value import LLMJudgeValuer
 
-        return LLMJudgeValuer(model=self.model, **self.judge_kwargs)
+            llm = ctx.llm
+            same = llm is not None and getattr(llm, "model_id", None) == self.model and hasattr(llm, "model")
+            self._valuer = LLMJudgeValuer(model=(llm.model, llm.tokenizer) if same else self.model,
+                                          **self.judge_kwargs)
+        return self._valuer
 
     def score(self, dp, cards, ctx):
         recent = cards[-self.max_cards:]
-        vals = np.asarray(_value(self.valuer, query_of(dp), recent), dtype=float)
-        old = np.full(len(cards) - len(recent), -1.0)
-        return np.concatenate([old, vals])
+        vals = _value(self.valuer(ctx), query_of(dp), recent)
+        return np.concatenate([np.full(len(cards) - len(recent), -1.0), vals])
 
 
 def _value(valuer: Any, query: str, cards: list[Card]) -> np.ndarray:
@@ -466,11 +495,9 @@ class DAMCTeacherPolicy(CardPolicy):
         from damc.teacher.estimators import LeaveOneOut
 
         if ctx.llm is None:
-            raise ValueError("damc_teacher needs the decision LLM in the PolicyContext")
-        recent = cards[-self.max_cards:]
-        deltas = LeaveOneOut().estimate(ctx.llm, dp, recent)
-        deltas = np.asarray(getattr(deltas, "deltas", deltas), dtype=float)
-        return np.concatenate([np.full(len(cards) - len(recent), -1e9), deltas])
+            raise ValueError("damc_teacher needs the decision LLM (a teacher backend) in the PolicyContext")
+        res = LeaveOneOut(max_cards=self.max_cards).estimate(ctx.llm, dp, cards)
+        return np.nan_to_num(np.asarray(res.deltas, dtype=float), nan=-1e9)  # cards left out of LOO: last
 
 
 class OraclePolicy(CardPolicy):
