@@ -37,7 +37,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from damc.assemble import assemble, prompt_tokens, split_conversation
-from damc.cards import Card, card_id as make_card_id, encode_messages, token_counter
+from damc.cards import Card, card_id as make_card_id, critical_atoms, encode_messages, token_counter
 from damc.compress import Compressor, TemplateCompressor, required_atoms, template_compress
 from damc.data.episodes import EpisodeFormatError
 from damc.index import CardIndex, IndexConfig
@@ -521,7 +521,7 @@ class DecisionAwareMemory:
         """Merge near-duplicate hot cards (cosine ≥ `threshold`, same kind and tool) into one card each.
 
         The merged card is the newest member with `meta["merged_from"]` and `meta["atoms"]` (the union
-        of every member's required atoms; its raw text and template line carry them all); the members
+        of every member's `critical_atoms` and required atoms; its raw text and template line carry them all); the members
         move to the cold tier. Returns the new cards.
         """
         self.index.sync()
@@ -561,7 +561,7 @@ class DecisionAwareMemory:
             atoms: set[str] = set()
             sources: list[str] = []
             for sc in scs:
-                atoms |= required_atoms(sc.card)
+                atoms |= required_atoms(sc.card) | critical_atoms(sc.card.raw_text)
                 sources += sc.card.meta.get("merged_from", [sc.card.card_id]) if sc.card.meta else [sc.card.card_id]
             base = Card.from_dict(json.loads(json.dumps(newest.card.to_dict())))
             missing = sorted(a for a in atoms if a not in base.raw_text)
