@@ -34,6 +34,12 @@ def export_onnx(model: Any, tokenizer: Any, path: Path, opset: int = 17) -> Path
     enc = tokenizer([p[0] for p in _PROBE[:2]], [p[1] for p in _PROBE[:2]], return_tensors="pt", padding=True)
     names = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc]
     model = model.float().eval()
+    # SDPA's mask code is traced with the probe's sequence length baked in; eager attention exports the
+    # padding mask as a real graph input, so dynamic batch/sequence shapes stay correct.
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation("eager")
+    else:  # pragma: no cover - older transformers
+        model.config._attn_implementation = "eager"
 
     class _Wrapper(torch.nn.Module):  # positional inputs -> logits, so the graph has exactly these I/O
         def __init__(self, m: Any) -> None:
@@ -44,9 +50,10 @@ def export_onnx(model: Any, tokenizer: Any, path: Path, opset: int = 17) -> Path
             return self.m(**dict(zip(names, args))).logits
 
     axes = {n: {0: "batch", 1: "seq"} for n in names} | {"logits": {0: "batch"}}
-    with torch.inference_mode():
-        torch.onnx.export(_Wrapper(model), tuple(enc[n] for n in names), str(path), input_names=names,
+    with torch.inference_mode():  # the wrapper must be in eval mode: export restores its mode on the inner model
+        torch.onnx.export(_Wrapper(model).eval(), tuple(enc[n] for n in names), str(path), input_names=names,
                           output_names=["logits"], dynamic_axes=axes, opset_version=opset, dynamo=False)
+    model.eval()
     return path
 
 

@@ -293,7 +293,7 @@ def main(cfg: Any) -> dict[str, Any]:
         gradient_accumulation_steps=int(tr.grad_accum),
         learning_rate=float(tr.lr),
         weight_decay=float(tr.weight_decay),
-        warmup_ratio=float(tr.warmup_ratio),
+        warmup_steps=float(tr.warmup_ratio),  # transformers v5: a float < 1 is a ratio of total steps
         lr_scheduler_type=str(tr.scheduler),
         bf16=_resolve_bf16(tr.bf16),
         eval_strategy=eval_strategy,

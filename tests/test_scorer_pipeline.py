@@ -1,0 +1,165 @@
+"""End to end on real teacher labels: Hydra train (a few CPU steps) → resume → export (+ONNX) → CardScorer.
+
+The label sample was written by the teacher (leave-one-out with SmolLM2-135M) on synthetic episodes; the
+run is tiny (4 steps, 128 tokens) so the whole module stays well under a minute on 2 cores.
+"""
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hydra import compose, initialize
+
+from damc.cards import Card
+from damc.query import RENDER_VERSION, render_card
+
+ROOT = Path(__file__).resolve().parents[1]
+LABELS = ROOT / "data" / "samples" / "scorer_labels_sample.jsonl"
+
+
+def _train_cfg(out_dir: Path, *extra: str):
+    with initialize(config_path="../configs", version_base="1.3"):
+        return compose("train", overrides=[f"data.labels={LABELS}", f"out_dir={out_dir}", "trainer=tiny",
+                                           "model.max_length=96", "data.max_cards=8", "device=cpu", "data.dev_fraction=0.34",
+                                           *extra])
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    from damc.scorer.train import main
+
+    out = tmp_path_factory.mktemp("run")
+    os.environ["WANDB_MODE"] = "offline"
+    metrics = main(_train_cfg(out, "logger=wandb"))
+    assert metrics["train"]["global_step"] == 2
+    return out
+
+
+@pytest.fixture(scope="module")
+def scorer_dir(run_dir, tmp_path_factory) -> Path:
+    from omegaconf import OmegaConf
+
+    from damc.scorer.export import main
+
+    out = tmp_path_factory.mktemp("scorer") / "scorer"
+    with initialize(config_path="../configs", version_base="1.3"):
+        cfg = compose("export", overrides=[f"run_dir={run_dir}", f"out={out}", "onnx=true"])
+    res = main(cfg)
+    assert res["onnx_max_abs_diff"] < 1e-3
+    assert OmegaConf.select(cfg, "int8") is False
+    return out
+
+
+def test_training_writes_model_split_and_fidelity_metrics(run_dir):
+    m = json.loads((run_dir / "metrics.json").read_text())
+    meta = json.loads((run_dir / "train_meta.json").read_text())
+    # held-out decisions come from held-out episodes only
+    assert m["split"]["dev_episodes"] >= 1 and m["split"]["train_episodes"] >= 1
+    assert m["n_decisions"] == m["split"]["dev_decisions"] > 0
+    for name in ("scorer", "cosine", "recency"):
+        s = m[name]["spearman"]
+        assert s["n"] > 0 and -1 <= s["median"] <= 1 and s["mean_ci"][0] <= s["mean"] <= s["mean_ci"][1]
+        assert m[name]["ndcg@5"]["n"] == m["scorer"]["ndcg@5"]["n"]  # same decisions for every method
+    assert meta["normalization"]["std"] > 0 and meta["teacher"] == "smollm2-135m"
+    assert meta["render_version"] == RENDER_VERSION
+    dev = set(meta["dev_episodes"])
+    labels = [json.loads(x) for x in LABELS.read_text().splitlines()]
+    assert dev and dev < {r["episode_id"] for r in labels}
+    assert (run_dir / "model" / "model.safetensors").exists()
+    assert list((run_dir / "wandb").glob("offline-run-*")), "W&B should log offline into the run dir"
+
+
+def test_resume_continues_from_last_checkpoint(run_dir, tmp_path):
+    from damc.scorer.train import main
+
+    import shutil
+
+    work = tmp_path / "resumed"
+    shutil.copytree(run_dir / "checkpoints", work / "checkpoints")
+    m = main(_train_cfg(work, "logger=none", "resume=true", "trainer.max_steps=3"))
+    assert m["train"]["resumed_from"].endswith("checkpoint-2")
+    assert m["train"]["global_step"] == 3
+
+
+def test_export_load_score_rank_roundtrip_and_onnx(scorer_dir, tmp_path):
+    from damc import CardScorer
+
+    meta = json.loads((scorer_dir / "damc_scorer.json").read_text())
+    assert meta["render_version"] == RENDER_VERSION and meta["max_length"] == 96
+    assert {"mean", "std"} <= set(meta["normalization"]) and "scorer" in meta["metrics"]
+    assert (scorer_dir / "model.safetensors").exists() and (scorer_dir / "model.onnx").exists()
+
+    labels = [json.loads(x) for x in LABELS.read_text().splitlines()]
+    query = labels[0]["decision_text"]
+    texts = [r["card_text"] for r in labels if r["decision_id"] == labels[0]["decision_id"]]
+    card = Card("ep:1", "ep", 1, "user", "user", "My order 88412 never arrived")
+    s = CardScorer.from_pretrained(scorer_dir)
+    scores = s.score(query, texts + [card])
+    assert scores.shape == (len(texts) + 1,) and np.isfinite(scores).all()
+    # a Card is scored exactly like its rendering; predict() takes pairs in input order
+    assert scores[-1] == pytest.approx(s.predict([(query, render_card(card))])[0], abs=1e-5)
+    assert np.allclose(s.predict([(query, t) for t in texts[::-1]]), scores[:-1][::-1], atol=1e-5)
+    ranked = s.rank(query, texts + [card], top_k=3)
+    assert [r["score"] for r in ranked] == sorted(scores, reverse=True)[:3]
+    assert all("card_id" not in r for r in ranked if r["corpus_id"] < len(texts))
+    assert s.rank(query, [card])[0]["card_id"] == "ep:1"
+
+    s.save_pretrained(tmp_path / "copy")
+    again = CardScorer.from_pretrained(tmp_path / "copy")
+    assert np.array_equal(again.score(query, texts), scores[:-1])
+
+    onnx = CardScorer.from_pretrained(scorer_dir, backend="onnx")
+    assert np.allclose(onnx.score(query, texts), scores[:-1], atol=1e-4)
+    bf16 = CardScorer.from_pretrained(scorer_dir, dtype="bfloat16")
+    assert np.corrcoef(bf16.score(query, texts), scores[:-1])[0, 1] > 0.95
+
+
+def test_scorer_dir_without_metadata_is_refused(scorer_dir, tmp_path):
+    import shutil
+
+    from damc.scorer import CardScorer, ScorerFormatError
+
+    bare = tmp_path / "bare"
+    shutil.copytree(scorer_dir, bare)
+    (bare / "damc_scorer.json").unlink()
+    with pytest.raises(ScorerFormatError, match="damc_scorer.json"):
+        CardScorer.from_pretrained(bare)
+
+
+def test_incompatible_render_version_is_refused(scorer_dir, tmp_path):
+    import shutil
+
+    from damc.scorer import CardScorer, IncompatibleScorerError
+
+    old = tmp_path / "old"
+    shutil.copytree(scorer_dir, old)
+    meta = json.loads((old / "damc_scorer.json").read_text())
+    meta["render_version"] = "0-legacy"
+    (old / "damc_scorer.json").write_text(json.dumps(meta))
+    with pytest.raises(IncompatibleScorerError, match="0-legacy"):
+        CardScorer.from_pretrained(old)
+    assert CardScorer.from_pretrained(old, check_render_version=False).score("q", ["c"]).shape == (1,)
+
+
+def test_labels_with_missing_columns_name_them(tmp_path):
+    from damc.scorer.train import LabelsFormatError, main
+
+    rows = [json.loads(x) for x in LABELS.read_text().splitlines()]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(json.dumps({k: v for k, v in r.items() if k not in ("delta", "card_text")})
+                             for r in rows))
+    cfg = _train_cfg(tmp_path / "run", "logger=none")
+    cfg.data.labels = str(bad)
+    with pytest.raises(LabelsFormatError, match=r"missing column\(s\) card_text, delta"):
+        main(cfg)
+
+
+def test_real_configs_compose_with_experiment_and_logger_groups(tmp_path):
+    with initialize(config_path="../configs", version_base="1.3"):
+        cfg = compose("train", overrides=["data.labels=x", f"out_dir={tmp_path}", "experiment=synthetic",
+                                          "logger=none"])
+    assert cfg.logger.name == "none" and cfg.model.name == "minilm-l6"
+    assert cfg.trainer.epochs == 4 and cfg.data.dev_fraction == 0.25    # the experiment's overrides won
+    assert cfg.trainer.loss.temperature > 0 and cfg.trainer.bf16 == "auto"
