@@ -1,0 +1,193 @@
+"""Benchmark DAMC's runtime memory: build_context overhead, FAISS retrieval at 1M cards, ingest rate.
+
+    python scripts/bench_memory.py                       # all three, 2 threads, figures for docs/runtime.md
+    python scripts/bench_memory.py --scorer artifacts/scorer --cards 10000 --faiss-n 1000000
+
+1. build_context overhead (p50/p95 of `Context.timings_ms["total"]`, per stage too) with `--cards` cards
+   in the store and the scorer valuing `--candidates` candidates per decision (a CardScorer from
+   `--scorer`, else a CrossEncoder initialised from minilm-l6 — same architecture and input length).
+2. FAISS retrieval p50/p95 over `--faiss-n` random unit vectors of the encoder's dimension (IVF-Flat).
+3. Ingest: cards/second into the SQLite store (embedding excluded), and with embedding (index sync).
+Prints one JSON object with every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger("bench_memory")
+
+
+def _pct(xs: list[float]) -> dict[str, float]:
+    a = np.asarray(xs, dtype=np.float64)
+    return {"p50": round(float(np.percentile(a, 50)), 2), "p95": round(float(np.percentile(a, 95)), 2),
+            "mean": round(float(a.mean()), 2), "n": len(xs)}
+
+
+def session_messages(s: int, n_turns: int, rng: random.Random) -> list[dict[str, Any]]:
+    """A synthetic support session: user asks, tool calls with JSON results (some errors), replies."""
+    tools = ["get_order", "track_parcel", "refund", "get_customer", "search_kb", "update_ticket"]
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are a support agent."}]
+    for t in range(n_turns):
+        oid = str(rng.randint(10000, 99999))
+        msgs.append({"role": "user", "content": rng.choice([
+            f"Where is my order {oid}?", f"Actually, don't refund {oid}, send a replacement instead.",
+            f"Can you check ticket T-{oid} for me please, it has been a week.",
+            f"My parcel {oid} is late and I need it before Friday."])})
+        name = rng.choice(tools)
+        cid = f"c{s}_{t}"
+        msgs.append({"role": "assistant", "content": None, "tool_calls": [{"id": cid, "type": "function",
+                     "function": {"name": name, "arguments": json.dumps({"order_id": oid, "verbose": t % 2 == 0})}}]})
+        if rng.random() < 0.1:
+            res = {"status": "error", "code": rng.choice([404, 500, 503]), "message": "upstream failure"}
+        else:
+            res = {"order_id": oid, "state": rng.choice(["shipped", "lost", "delivered"]),
+                   "eta": f"2026-0{rng.randint(1, 9)}-1{rng.randint(0, 9)}", "notes": "lorem ipsum " * rng.randint(2, 20)}
+        msgs.append({"role": "tool", "tool_call_id": cid, "content": json.dumps(res)})
+        msgs.append({"role": "assistant", "content": f"Order {oid} is {res.get('state', 'unavailable')}."})
+    return msgs
+
+
+def bench_ingest(n_cards: int, tokenizer: str | None, rng: random.Random) -> dict[str, Any]:
+    """Cards/second through `add_messages` (encode + token count + SQLite), then with embeddings."""
+    from damc.memory import DecisionAwareMemory
+
+    with tempfile.TemporaryDirectory() as d:
+        mem = DecisionAwareMemory(d, tokenizer=tokenizer)
+        sessions = []
+        n = 0
+        while n < n_cards:
+            msgs = session_messages(len(sessions), 10, rng)[1:]
+            sessions.append(msgs)
+            n += 30  # 10 turns x (user + tool card + reply)
+        t = time.perf_counter()
+        for s, msgs in enumerate(sessions):
+            mem.add_messages(msgs, session_id=f"s{s}")
+        t_store = time.perf_counter() - t
+        cards = len(mem)
+        t = time.perf_counter()
+        mem.index.sync()
+        t_embed = time.perf_counter() - t
+        mem.close()
+    return {"cards": cards, "store_cards_per_s": round(cards / t_store), "embed_cards_per_s": round(cards / t_embed),
+            "with_embedding_cards_per_s": round(cards / (t_store + t_embed)), "batch": "one session (30 cards) per transaction"}
+
+
+def bench_context(n_cards: int, candidates: int, decisions: int, scorer_path: str | None, rng: random.Random
+                  ) -> dict[str, Any]:
+    from damc.memory import DecisionAwareMemory, MemoryConfig
+    from damc.value import CachedValuer, CrossEncoderScorer, HeuristicValuer, HybridValuer, ScorerValuer
+
+    if scorer_path:
+        from damc.scorer import CardScorer
+
+        scorer, scorer_name = CardScorer.from_pretrained(scorer_path), f"CardScorer({scorer_path})"
+    else:
+        scorer, scorer_name = CrossEncoderScorer("minilm-l6", max_length=256), "CrossEncoder(minilm-l6), untrained stand-in"
+    cfg = MemoryConfig(top_n=candidates, recent=10, pinned=10, max_candidates=candidates, context_window=8192)
+    valuer = CachedValuer(HybridValuer(HeuristicValuer(), ScorerValuer(scorer), 0.8))
+    with tempfile.TemporaryDirectory() as d:
+        mem = DecisionAwareMemory(d, valuer=valuer, config=cfg)
+        s = 0
+        while len(mem) < n_cards:
+            mem.add_messages(session_messages(s, 10, rng)[1:], session_id=f"s{s}")
+            s += 1
+        mem.index.sync()
+        mem.flush()
+        tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": {}}}}
+                 for n in ("get_order", "track_parcel", "refund", "get_customer", "search_kb", "update_ticket")]
+        live = session_messages(10_000, 4, rng)
+        # warm-up (model load, first FAISS search, tokenizer caches)
+        mem.build_context(live + [{"role": "user", "content": "warm up"}], tools=tools, session_id="live")
+        stages: dict[str, list[float]] = {}
+        n_cand, saved = [], []
+        for i in range(decisions):
+            q = session_messages(20_000 + i, 1, rng)[1]["content"]  # a fresh user query: no value-cache hits
+            ctx = mem.build_context(live + [{"role": "user", "content": q}], tools=tools, session_id="live")
+            for k, v in ctx.timings_ms.items():
+                stages.setdefault(k, []).append(v)
+            n_cand.append(ctx.n_candidates)
+            saved.append(ctx.tokens_saved)
+        hot = len(mem)
+        mem.close()
+    return {"cards_in_store": hot, "scorer": scorer_name, "candidates_mean": float(np.mean(n_cand)),
+            "overhead_ms": _pct(stages["total"]), "stages_ms": {k: _pct(v) for k, v in stages.items() if k != "total"}}
+
+
+def bench_faiss(n: int, dim: int, queries: int, nlist: int, nprobe: int) -> dict[str, Any]:
+    import faiss
+
+    from damc.index import IndexConfig, new_faiss_index, train_if_needed
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, dim), dtype=np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    index = new_faiss_index(dim, n, IndexConfig(index_type="ivf", nlist=nlist, nprobe=nprobe))
+    t = time.perf_counter()
+    train_if_needed(index, x)
+    t_train = time.perf_counter() - t
+    t = time.perf_counter()
+    for i in range(0, n, 100_000):
+        index.add_with_ids(x[i:i + 100_000], np.arange(i, min(i + 100_000, n), dtype=np.int64))
+    t_add = time.perf_counter() - t
+    planted = rng.choice(n, queries, replace=False)
+    q = x[planted] + 0.02 * rng.standard_normal((queries, dim), dtype=np.float32)
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    lat = []
+    for i in range(queries):
+        t = time.perf_counter()
+        index.search(q[i:i + 1], 30)
+        lat.append((time.perf_counter() - t) * 1000)
+    # recall of the planted neighbour (each query is a noisy copy of a stored vector)
+    _, ids = index.search(q, 30)
+    recall = float(np.mean([planted[i] in ids[i] for i in range(queries)]))
+    return {"n": n, "dim": dim, "index": f"IVF-Flat nlist={nlist} nprobe={nprobe}", "train_s": round(t_train, 1),
+            "add_s": round(t_add, 1), "search_ms_k30": _pct(lat), "planted_recall_at_30": recall, "threads": faiss.omp_get_max_threads()}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cards", type=int, default=10_000, help="cards in the store for build_context")
+    ap.add_argument("--candidates", type=int, default=50, help="candidates valued per decision")
+    ap.add_argument("--decisions", type=int, default=40, help="timed build_context calls")
+    ap.add_argument("--scorer", default=None, help="exported CardScorer dir (default: CrossEncoder from minilm-l6)")
+    ap.add_argument("--faiss-n", type=int, default=1_000_000, help="vectors for the retrieval benchmark (0: skip)")
+    ap.add_argument("--faiss-queries", type=int, default=300)
+    ap.add_argument("--nlist", type=int, default=1024)
+    ap.add_argument("--nprobe", type=int, default=16)
+    ap.add_argument("--ingest", type=int, default=20_000, help="cards for the ingest benchmark (0: skip)")
+    ap.add_argument("--threads", type=int, default=2, help="torch / FAISS threads")
+    ap.add_argument("--skip-context", action="store_true")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+
+    import faiss
+    import torch
+
+    torch.set_num_threads(args.threads)
+    faiss.omp_set_num_threads(args.threads)
+    rng = random.Random(0)
+    out: dict[str, Any] = {"threads": args.threads, "cpus": os.cpu_count(),
+                           "loadavg_at_start": [round(x, 2) for x in os.getloadavg()]}
+    if args.ingest:
+        out["ingest"] = bench_ingest(args.ingest, "smollm2-135m", rng)
+    if not args.skip_context:
+        out["build_context"] = bench_context(args.cards, args.candidates, args.decisions, args.scorer, rng)
+    if args.faiss_n:
+        out["faiss"] = bench_faiss(args.faiss_n, 384, args.faiss_queries, args.nlist, args.nprobe)
+    out["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    print(json.dumps(out, indent=2))
+    return out
+
+
+if __name__ == "__main__":
+    main()
