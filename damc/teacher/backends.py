@@ -369,15 +369,18 @@ class VLLMTeacher(Teacher):
         lp = choice.get("logprobs") or {}
         tokens, values, offsets = lp.get("tokens"), lp.get("token_logprobs"), lp.get("text_offset")
         if not (tokens and values and offsets) and choice.get("prompt_logprobs"):
-            # vLLM extension: [None, {token_id: {"logprob", "decoded_token", ...}}, ...] for the prompt
-            tokens, values, offsets, pos = [], [], [], 0
-            for entry in choice["prompt_logprobs"]:
+            # vLLM extension: [None, {token_id: {"logprob", "decoded_token", ...}}, ...] over the prompt
+            # (= prompt + action, ending at `end`); the first token's text is not given, so offsets are
+            # counted back from the end
+            tokens, values, offsets, pos = [], [], [], end
+            for entry in reversed(choice["prompt_logprobs"]):
                 d = next(iter(entry.values())) if entry else {}
-                tok = d.get("decoded_token", "")
+                tok = d.get("decoded_token") or ""
+                pos -= len(tok)
                 tokens.append(tok)
                 values.append(d.get("logprob"))
-                offsets.append(pos)
-                pos += len(tok)
+                offsets.append(pos if entry else -1)
+            tokens, values, offsets = tokens[::-1], values[::-1], offsets[::-1]
         if not (tokens and values and offsets):
             raise TeacherServerError(
                 "the server returned no prompt log-probabilities; it must support completions with "

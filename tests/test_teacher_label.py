@@ -1,0 +1,129 @@
+"""scripts/label.py end to end: real configs, real smollm2-135m, resumption after SIGKILL, sharding, bad input."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hydra import compose, initialize
+
+from damc.data.episodes import Episode, write_episodes
+from damc.teacher.label import main, plan_decisions, shard_decisions
+from damc.teacher.labels import EXTRA_COLUMNS, LABEL_COLUMNS, LabelFormatError, load_labels
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def small_episode(n_msgs: int = 13) -> Episode:
+    from damc.data.synthetic import generate_episodes
+
+    ep = generate_episodes(1, seed=0)[0]
+    msgs = ep.messages[:n_msgs]
+    used = {c["function"]["name"] for m in msgs for c in m.get("tool_calls") or []}
+    tools = [t for t in ep.tools if t["function"]["name"] in used]
+    keys = {k: v for k, v in ep.metadata.get("key_card_ids", {}).items() if int(k) < n_msgs}
+    return Episode(ep.episode_id, msgs, ep.domain, tools, {}, {"key_card_ids": keys})
+
+
+@pytest.fixture(scope="module")
+def episodes_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("eps") / "eps.jsonl"
+    write_episodes(path, [small_episode()])
+    return path
+
+
+def cfg_for(episodes, out, *extra):
+    with initialize(config_path="../configs", version_base="1.3"):
+        return compose(config_name="label", overrides=[f"data.path={episodes}", f"out_dir={out}",
+                                                       "max_cards=2", "max_decisions=4", "shard_size=2", *extra])
+
+
+def test_label_main_writes_the_label_dataset(episodes_file, tmp_path):
+    summary = main(cfg_for(episodes_file, tmp_path / "labels"))
+    ds = load_labels(tmp_path / "labels")
+    assert set(LABEL_COLUMNS + EXTRA_COLUMNS) <= set(ds.column_names)
+    n_dec = len(plan_decisions(episodes_file, max_decisions=4))
+    assert summary["decisions"] + summary["skipped_no_cards"] == n_dec
+    assert summary["skipped_no_cards"] >= 1  # the first decisions of an episode have no candidate card
+    assert len(ds) == summary["total_rows"] == summary["cards"] <= 2 * summary["decisions"]
+    assert summary["forward_tokens"] < summary["naive_forward_tokens"] and summary["passes_saved"] > 0
+    np.testing.assert_allclose(ds["delta"], np.array(ds["logp_full"]) - np.array(ds["logp_without"]))
+    row = ds[0]
+    assert row["decision_id"] == f"{row['episode_id']}@{row['decision_index']}"
+    assert row["estimator"] == "loo" and row["teacher"] == "smollm2-135m" and row["n_action_tokens"] > 0
+    assert len(set(zip(ds["decision_id"], ds["card_id"]))) == len(ds)
+    assert json.loads((tmp_path / "labels" / "summary.json").read_text())["total_rows"] == len(ds)
+    # a rerun finds everything done and adds nothing
+    again = main(cfg_for(episodes_file, tmp_path / "labels"))
+    assert again["decisions"] == 0 and again["total_rows"] == len(ds)
+    # other settings in the same out_dir are refused
+    with pytest.raises(ValueError, match="other settings"):
+        main(cfg_for(episodes_file, tmp_path / "labels", "estimator=ablation"))
+
+
+def test_ablation_estimator_through_config(episodes_file, tmp_path):
+    s = main(cfg_for(episodes_file, tmp_path / "abl", "estimator=ablation", "estimator.n_samples=4",
+                     "max_decisions=5"))
+    ds = load_labels(tmp_path / "abl")
+    assert set(ds["estimator"]) == {"ablation"} and s["forward_passes"] == 5 * s["decisions"]
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill_gives_the_uninterrupted_rows(episodes_file, tmp_path):
+    ref = tmp_path / "ref"
+    main(cfg_for(episodes_file, ref, "shard_size=1"))
+    out = tmp_path / "killed"
+    cmd = [sys.executable, str(ROOT / "scripts/label.py"), f"data.path={episodes_file}", f"out_dir={out}",
+           "max_cards=2", "max_decisions=4", "shard_size=1", f"hydra.run.dir={tmp_path / 'hydra'}"]
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while time.time() < deadline and not list((out / "shards").glob("part-*.parquet")):
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    n_before = len(list((out / "shards").glob("part-*.parquet")))
+    assert not (out / "summary.json").exists() and n_before >= 1  # killed mid-run, after a shard
+    subprocess.run(cmd, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    a, b = load_labels(ref).to_pandas(), load_labels(out).to_pandas()
+    key = ["decision_id", "card_id"]
+    a, b = a.sort_values(key).reset_index(drop=True), b.sort_values(key).reset_index(drop=True)
+    assert len(a) == len(b) and not b.duplicated(key).any()
+    assert (a[key] == b[key]).all().all()
+    np.testing.assert_allclose(a["delta"], b["delta"], atol=1e-3)
+
+
+def test_sharding_splits_every_nth_decision_without_overlap():
+    items = list(range(11))
+    parts = [shard_decisions(items, r, 3) for r in range(3)]
+    assert parts[1] == [(1, 1), (4, 4), (7, 7), (10, 10)]
+    assert sorted(i for p in parts for i, _ in p) == items
+    with pytest.raises(ValueError):
+        shard_decisions(items, 3, 3)
+
+
+def test_episode_file_without_decisions_is_a_clear_error(tmp_path):
+    path = tmp_path / "nodec.jsonl"
+    write_episodes(path, [Episode("e1", [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}])])
+    with pytest.raises(ValueError, match="no decision points"):
+        main(cfg_for(path, tmp_path / "out"))
+
+
+def test_load_labels_names_missing_columns(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "shards").mkdir()
+    pq.write_table(pa.table({"decision_id": ["a@1"], "card_id": ["a:0"], "delta": [1.0]}),
+                   tmp_path / "shards" / "part-000000-000000.parquet")
+    with pytest.raises(LabelFormatError, match="episode_id.*decision_text.*card_text"):
+        load_labels(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        load_labels(tmp_path / "nothing")
