@@ -108,12 +108,12 @@ def test_export_load_score_rank_roundtrip_and_onnx(scorer_dir, tmp_path):
 
     s.save_pretrained(tmp_path / "copy")
     again = CardScorer.from_pretrained(tmp_path / "copy")
-    assert np.array_equal(again.score(query, texts), scores[:-1])
+    assert np.array_equal(again.score(query, texts + [card]), scores)   # same inputs, bit-identical scores
 
     onnx = CardScorer.from_pretrained(scorer_dir, backend="onnx")
     assert np.allclose(onnx.score(query, texts), scores[:-1], atol=1e-4)
     bf16 = CardScorer.from_pretrained(scorer_dir, dtype="bfloat16")
-    assert np.corrcoef(bf16.score(query, texts), scores[:-1])[0, 1] > 0.95
+    assert np.abs(bf16.score(query, texts) - scores[:-1]).max() < 0.05   # bf16 rounding only
 
 
 def test_scorer_dir_without_metadata_is_refused(scorer_dir, tmp_path):
