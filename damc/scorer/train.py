@@ -306,7 +306,7 @@ def main(cfg: Any) -> dict[str, Any]:
         run_name=(cfg.logger.get("run_name") if cfg.get("logger") else None) or out_dir.name,
         seed=int(cfg.seed),
         dataloader_num_workers=int(tr.num_workers),
-        use_cpu=str(cfg.get("device") or "") == "cpu",
+        use_cpu=str(cfg.get("device") or "") == "cpu" or not torch.cuda.is_available(),
         disable_tqdm=not bool(tr.progress_bar),
     )
     trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=train_ds, eval_dataset=dev_ds, loss=loss)
