@@ -225,7 +225,9 @@ class HFTeacher(Teacher):
         x = torch.tensor([ids], device=self.device)  # (1, seq)
         o = self.model.get_decoder()(input_ids=x, use_cache=True)
         h = o.last_hidden_state[0, len(ids) - n_act - 1: len(ids) - 1]  # (n_act, dim)
-        cache = getattr(o, "past_key_values", None) or getattr(o, "cache", None)
+        cache = getattr(o, "cache", None)  # recent transformers; older ones call it past_key_values
+        if cache is None:
+            cache = getattr(o, "past_key_values", None)
         return self._action_logprobs(h, ids[len(ids) - n_act:]), cache
 
     def _run(self, cache: Any, p: int, rows: Sequence[tuple[list[int], int]]) -> tuple[list[np.ndarray], int]:
