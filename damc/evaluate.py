@@ -158,14 +158,21 @@ class RecordLog:
     def __init__(self, path: Path):
         self.path = path
         self.records: dict[str, dict[str, Any]] = {}
-        if path.exists():
-            with path.open(encoding="utf-8") as fh:
-                for line in fh:
-                    try:
-                        r = json.loads(line)
-                    except json.JSONDecodeError:  # a torn last line from a kill: that record is redone
-                        continue
-                    self.records[self.key(r["policy"], r["budget"], r["decision_id"])] = r
+        if not path.exists():
+            return
+        raw = path.read_bytes()
+        if raw and not raw.endswith(b"\n"):
+            # a kill in the middle of an append left a torn last line: drop it (that record is redone)
+            raw = raw[: raw.rfind(b"\n") + 1]
+            with path.open("r+b") as fh:
+                fh.truncate(len(raw))
+        for line in raw.decode("utf-8").splitlines():
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                logger.warning("skipping an unreadable record in %s", path)
+                continue
+            self.records[self.key(r["policy"], r["budget"], r["decision_id"])] = r
 
     @staticmethod
     def key(policy: str, budget: Any, decision_id: str) -> str:
@@ -235,7 +242,7 @@ def build_policies(cfg: Any) -> dict[str, Policy]:
         if name == "damc_student":
             kw.setdefault("scorer", cfg.scorer)
         if name == "damc_knn":
-            kw.setdefault("labels", cfg.labels)
+            kw.setdefault("labels", cfg.labels_path)
         if name.startswith("damc_") and cfg.get("compress") is not None:
             kw.setdefault("compress", bool(cfg.compress))
         out[name] = make_policy(name, **kw)

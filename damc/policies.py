@@ -472,11 +472,12 @@ class DAMCKNNPolicy(CardPolicy):
     @functools.cached_property
     def knn(self) -> Any:
         from damc.teacher.aggregate import KNNValue
+        from damc.teacher.labels import load_labels
 
-        return KNNValue.from_labels(self.labels, **self.knn_kwargs)
+        return KNNValue(**self.knn_kwargs).fit(load_labels(self.labels))
 
     def score(self, dp, cards, ctx):
-        return _value(self.knn, query_of(dp), cards)
+        return np.asarray(self.knn.value(query_of(dp), cards), dtype=float)
 
 
 class DAMCTeacherPolicy(CardPolicy):
