@@ -128,3 +128,21 @@ def main(cfg: Any) -> dict[str, Any]:
     print(f"stage times (s): {out['timings_s']}  total: {time.perf_counter() - t0:.0f} s")
     print(f"results: {eval_dir / 'results.json'}\ntable:   {eval_dir / 'results.md'}\nplot:    {eval_dir / 'pareto.png'}")
     return out
+
+
+def reproduce(profiles: list[str], overrides: list[str] | None = None) -> dict[str, Any]:
+    """`make reproduce`: the demo pipeline once per study profile (`configs/experiment/<profile>.yaml`).
+
+    Returns `{profile: {"results", "timings_s", "paths"}}` and prints each results table.
+    """
+    from damc.evaluate import results_table
+
+    out: dict[str, Any] = {}
+    for prof in profiles:
+        cfg = compose_stage("demo", [f"+experiment={prof}", *(overrides or [])])
+        print(f"=== {prof}: {cfg.out_dir}", flush=True)
+        res = run_pipeline(cfg)
+        out[prof] = res
+        if res["results"]:
+            print(results_table(res["results"]), flush=True)
+    return out

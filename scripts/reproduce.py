@@ -1,0 +1,25 @@
+"""`make reproduce`: the full-size study (synthetic and BFCL long_context, test splits) behind docs/evaluation.md.
+
+    python scripts/reproduce.py                          # both profiles
+    python scripts/reproduce.py study_bfcl               # one profile (configs/experiment/study_*.yaml)
+    python scripts/reproduce.py study_synthetic evaluate.budgets=[1024]   # extra overrides of configs/demo.yaml
+
+Hours on a 2-core CPU; meant for a GPU box. Finished stages are skipped, evaluation resumes per decision.
+The work is done by `damc.demo.reproduce(...)`.
+"""
+
+import logging
+import sys
+
+
+def run() -> None:
+    from damc.demo import reproduce
+
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
+    args = sys.argv[1:]
+    profiles = [a for a in args if a.startswith("study_")] or ["study_synthetic", "study_bfcl"]
+    reproduce(profiles, [a for a in args if not a.startswith("study_")])
+
+
+if __name__ == "__main__":
+    run()
