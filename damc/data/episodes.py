@@ -235,9 +235,12 @@ class DecisionPoint:
         current_turn_start: index of the last user message before `index` (0 when none).
     """
 
-    episode: Episode
+    episode: Episode = field(repr=False)
     index: int
     current_turn_start: int
+
+    def __repr__(self) -> str:
+        return f"DecisionPoint({self.decision_id!r}, current_turn_start={self.current_turn_start})"
 
     @property
     def decision_id(self) -> str:

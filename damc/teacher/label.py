@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import os
 import tempfile
 import time
@@ -38,14 +39,25 @@ T = TypeVar("T")
 
 
 def plan_decisions(path: str | os.PathLike, tool_calls_only: bool = False,
-                   max_decisions: int | None = None) -> list[DecisionPoint]:
+                   max_decisions: int | None = None, per_episode: int | None = None,
+                   seed: int = 0) -> list[DecisionPoint]:
     """Every decision point of an episode file in order (episode, then message index), capped.
+
+    `per_episode=N` keeps N decisions per episode (a seeded sample, still in order), which spreads a
+    labeling budget over many episodes instead of exhausting the first ones.
 
     Raises:
         ValueError: the file holds no decision point (no assistant message).
     """
     eps = load_episodes(path)
-    dps = [dp for ep in eps for dp in decision_points(ep, tool_calls_only=tool_calls_only)]
+    dps = []
+    for ep in eps:
+        eps_dps = decision_points(ep, tool_calls_only=tool_calls_only)
+        if per_episode is not None and len(eps_dps) > per_episode:
+            rng = random.Random(f"{seed}/{ep.episode_id}")
+            keep = set(rng.sample(range(len(eps_dps)), per_episode))
+            eps_dps = [dp for j, dp in enumerate(eps_dps) if j in keep]
+        dps += eps_dps
     if not dps:
         raise ValueError(f"{path}: {len(eps)} episodes but no decision points (no assistant messages"
                          f"{' with tool calls' if tool_calls_only else ''}); nothing to label")
@@ -100,6 +112,7 @@ def _fingerprint(cfg: Any) -> dict[str, Any]:
     estimator = OmegaConf.to_container(cfg.estimator, resolve=True)
     estimator.pop("reuse_prefix", None)  # naive or reused: same deltas
     return {"data": str(Path(cfg.data.path).resolve()), "tool_calls_only": bool(cfg.data.tool_calls_only),
+            "per_episode": cfg.get("per_episode"), "sample_seed": cfg.get("sample_seed", 0),
             "teacher": teacher, "estimator": estimator, "max_cards": cfg.max_cards,
             "max_card_tokens": cfg.max_card_tokens, "max_context_tokens": cfg.max_context_tokens}
 
@@ -154,7 +167,8 @@ def main(cfg: Any) -> dict[str, Any]:
     elif state.is_main_process:
         atomic_write_text(fp_path, json.dumps(fp, indent=2))
 
-    decisions = plan_decisions(cfg.data.path, cfg.data.tool_calls_only, cfg.max_decisions)
+    decisions = plan_decisions(cfg.data.path, cfg.data.tool_calls_only, cfg.max_decisions,
+                               cfg.get("per_episode"), cfg.get("sample_seed", 0))
     done = _done_decisions(shard_dir)
     mine = [(i, dp) for i, dp in shard_decisions(decisions, rank, world) if dp.decision_id not in done]
     logger.info("rank %d/%d: %d decisions to label (%d already done)", rank, world, len(mine), len(done))
