@@ -79,14 +79,14 @@ def test_every_policy_end_to_end_writes_results_with_the_schema(pipeline, tmp_pa
 
     out = tmp_path / "eval"
     pol = "[" + ",".join(ALL_POLICIES) + "]"
-    res = main(_eval_cfg(pipeline, out, f"policies={pol}", "budgets=[256]", "max_decisions=2",
+    res = main(_eval_cfg(pipeline, out, f"policies={pol}", "budgets=[192]", "max_decisions=2",
                          "data.tool_calls_only=true", "policy_options.llm_judge.max_cards=6",
                          "policy_options.damc_teacher.max_cards=6"))
     for f in ("results.json", "results.md", "pareto.png", "records.jsonl"):
         assert (out / f).stat().st_size > 0, f
     on_disk = json.loads((out / "results.json").read_text())
     assert set(on_disk) == {"policies", "paired", "config"}
-    assert set(on_disk["policies"]) == {f"{p}@256" for p in ALL_POLICIES}
+    assert set(on_disk["policies"]) == {f"{p}@192" for p in ALL_POLICIES}
     for key, e in on_disk["policies"].items():
         assert e["n_failed"] == 0, (key, [r.get("error") for r in _records(out) if r.get("failed")])
         assert e["n_decisions"] == 2
@@ -94,18 +94,18 @@ def test_every_policy_end_to_end_writes_results_with_the_schema(pipeline, tmp_pa
         for k in ("gold_logprob", "prompt_tokens", "overhead_ms_p50", "llm_ms_p50"):
             assert np.isfinite(e[k]), (key, k)
         assert e["gold_logprob"] < 0
-    assert set(on_disk["paired"]) == {f"{p}@256" for p in ALL_POLICIES if p != "window"}
+    assert set(on_disk["paired"]) == {f"{p}@192" for p in ALL_POLICIES if p != "window"}
     for p in on_disk["paired"].values():
-        assert p["vs"] == "window@256" and len(p["ci"]) == 2 and p["ci"][0] <= p["accuracy_delta"] <= p["ci"][1]
+        assert p["vs"] == "window@192" and len(p["ci"]) == 2 and p["ci"][0] <= p["accuracy_delta"] <= p["ci"][1]
     assert on_disk["config"]["decision_llm"] == "smollm2-135m"
     # the budget caps the history; `full` ignores it and costs the most tokens
     recs = _records(out)
-    assert all(r["history_tokens"] <= 256 for r in recs if r["policy"] not in ("full",))
+    assert all(r["history_tokens"] <= 192 for r in recs if r["policy"] not in ("full",))
     pt = {k.split("@")[0]: e["prompt_tokens"] for k, e in on_disk["policies"].items()}
     assert pt["full"] >= max(v for k, v in pt.items() if k != "full")
     # damc_* policies put compressed lines into the "Relevant history" section
-    assert "| damc_student | 256 |" in (out / "results.md").read_text()
-    assert res["policies"]["damc_student@256"]["accuracy"] == on_disk["policies"]["damc_student@256"]["accuracy"]
+    assert "| damc_student | 192 |" in (out / "results.md").read_text()
+    assert res["policies"]["damc_student@192"]["accuracy"] == on_disk["policies"]["damc_student@192"]["accuracy"]
 
 
 class _Flaky:
