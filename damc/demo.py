@@ -51,7 +51,7 @@ def stage_overrides(cfg: Any, stage: str, paths: dict[str, Path]) -> list[str]:
         base = [f"out_dir={paths['data']}", f"source={cfg.data.source}", f"n_episodes={cfg.data.n_episodes}",
                 f"seed={cfg.seed}"]
     elif stage == "label":
-        base = [f"data.path={paths['data'] / 'train.jsonl'}", f"out_dir={paths['labels']}"]
+        base = [f"data.path={paths['label_input']}", f"out_dir={paths['labels']}"]
     elif stage == "train":
         base = [f"data.labels={paths['labels']}", f"out_dir={paths['run']}", f"seed={cfg.seed}"]
     elif stage == "export":
@@ -61,6 +61,27 @@ def stage_overrides(cfg: Any, stage: str, paths: dict[str, Path]) -> list[str]:
                 f"scorer={paths['scorer']}", f"labels_path={paths['labels']}",
                 f"policies={_q(cfg.evaluate.policies)}", f"budgets={_q(cfg.evaluate.budgets)}", f"seed={cfg.seed}"]
     return base + extra
+
+
+def label_subset(train: Path, out: Path, n_episodes: int | None, calls_per_episode: int | None) -> int:
+    """Write the episodes the teacher labels: the first `n_episodes` train episodes, each cut after its
+    first `calls_per_episode` tool-calling decisions (None: whole), so a small labelling budget still
+    spans several episodes (training splits by episode). Returns the number of episodes written."""
+    from damc.data.episodes import Episode, load_episodes, write_episodes
+
+    eps = load_episodes(train)[: n_episodes or None]
+    cut_eps = []
+    for ep in eps:
+        cut, seen = len(ep.messages), 0
+        for i, m in enumerate(ep.messages):
+            if calls_per_episode and m.get("role") == "assistant" and m.get("tool_calls"):
+                seen += 1
+                if seen == calls_per_episode:
+                    cut = i + 1 + len(m["tool_calls"])  # keep the results of the last labelled call
+                    break
+        cut_eps.append(Episode(ep.episode_id, ep.messages[:cut], ep.domain, ep.tools, ep.distractors,
+                               ep.metadata))
+    return write_episodes(out, cut_eps)
 
 
 def _done(stage: str, paths: dict[str, Path]) -> bool:
@@ -92,7 +113,7 @@ def run_pipeline(cfg: Any) -> dict[str, Any]:
     """Run the stages of `cfg` in order into `cfg.out_dir`; returns the evaluation results and timings."""
     out = Path(cfg.out_dir)
     paths = {"data": out / "data", "labels": out / "labels", "run": out / "run", "scorer": out / "scorer",
-             "eval": out / "eval"}
+             "eval": out / "eval", "label_input": out / "label_input.jsonl"}
     timings: dict[str, float] = {}
     results: dict[str, Any] = {}
     for stage in STAGES:
@@ -102,6 +123,9 @@ def run_pipeline(cfg: Any) -> dict[str, Any]:
         if _done(stage, paths):
             print(f"[{stage}] already done in {out} (delete it to redo)", flush=True)
             continue
+        if stage == "label":
+            label_subset(paths["data"] / "train.jsonl", paths["label_input"], cfg.label.get("n_episodes"),
+                         cfg.label.get("calls_per_episode"))
         name, fn = _stage_main(stage)
         overrides = stage_overrides(cfg, stage, paths)
         print(f"[{stage}] {name} " + " ".join(overrides), flush=True)
