@@ -39,7 +39,9 @@ def compose_stage(config_name: str, overrides: list[str]) -> Any:
 
 def _q(x: Any) -> str:
     """A value as a Hydra override string (lists and paths kept literal)."""
-    if isinstance(x, (list, tuple)):
+    from omegaconf import OmegaConf
+
+    if isinstance(x, (list, tuple)) or OmegaConf.is_list(x):
         return "[" + ",".join(str(v) for v in x) + "]"
     return str(x)
 
