@@ -5,6 +5,7 @@ kept candidates, prints the fraction where a key card has the largest delta (tar
 estimator, split by decisions with a repeated key fact (`metadata["repeated_key"]`) and the others.
 
     python scripts/probe_key_cards.py [--episodes 3] [--decisions 12] [--cards 20] [--estimators loo,grouped_loo]
+    python scripts/probe_key_cards.py --labels LABELS   # the same figure from an existing label dataset
 """
 
 import argparse
@@ -12,6 +13,25 @@ import logging
 import time
 
 import numpy as np
+
+
+def from_labels(path: str) -> None:
+    """The key-card figure from a label dataset (its `is_key` column), without running the teacher."""
+    from damc.teacher.labels import load_labels
+
+    df = load_labels(path).to_pandas()
+    tops, ranks, n_cards = [], [], []
+    for _, x in df.groupby("decision_id"):
+        if not x["is_key"].any():
+            continue
+        order = x.sort_values("delta", ascending=False)["is_key"].to_numpy()
+        tops.append(bool(order[0]))
+        ranks.append(int(np.argmax(order)) + 1)
+        n_cards.append(len(x))
+    n_dec = df["decision_id"].nunique()
+    print(f"{path}: {n_dec} decisions, {len(tops)} with a labeled key card; key card has the largest delta in "
+          f"{np.mean(tops):.0%} ({sum(tops)}/{len(tops)}); median rank of the best key card {np.median(ranks):.0f} "
+          f"of {np.mean(n_cards):.1f} cards on average; estimator {df['estimator'].iloc[0]}, teacher {df['teacher'].iloc[0]}")
 
 
 def main() -> None:
@@ -29,7 +49,10 @@ def main() -> None:
     ap.add_argument("--estimators", default="loo,grouped_loo", help="comma list of loo|grouped_loo|ablation")
     ap.add_argument("--model", default="smollm2-135m", help="teacher model")
     ap.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16")
+    ap.add_argument("--labels", default=None, help="read an existing label dataset instead of running the teacher")
     args = ap.parse_args()
+    if args.labels:
+        return from_labels(args.labels)
     logging.basicConfig(level=logging.WARNING)
 
     teacher = HFTeacher(args.model, dtype=args.dtype, batch_size=4)
