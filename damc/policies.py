@@ -334,12 +334,12 @@ class SimilarityPolicy(CardPolicy):
         """Unit card embeddings `(n, dim)`, each card encoded once (as a runtime index does at ingest)."""
         new = [c for c in cards if c.card_id not in self._cache]
         if new:
-            vecs = self.encoder.encode([render_card(c) for c in new], normalize_embeddings=True)
+            vecs = self.encoder.encode([render_card(c) for c in new], normalize_embeddings=True, show_progress_bar=False)
             self._cache.update(zip((c.card_id for c in new), vecs))
         return np.stack([self._cache[c.card_id] for c in cards])
 
     def score(self, dp, cards, ctx):
-        q = self.encoder.encode([query_of(dp)], normalize_embeddings=True)  # (1, dim)
+        q = self.encoder.encode([query_of(dp)], normalize_embeddings=True, show_progress_bar=False)  # (1, dim)
         return (self.embed_cards(cards) @ q[0]).astype(float)  # (n,)
 
 
