@@ -53,7 +53,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from damc.cards import Card
-from damc.data.episodes import DecisionPoint, call_arguments
+from damc.data.episodes import DecisionPoint, call_arguments, iter_scalars
 from damc.prompting import build_decision_messages, card_to_messages, message_to_chat
 from damc.query import render_card, render_decision_query
 
@@ -528,23 +528,11 @@ class OraclePolicy(CardPolicy):
 def gold_values(gold: dict[str, Any]) -> list[str]:
     """String forms of the gold action's argument values (scalars, and scalars inside lists/dicts)."""
     vals: list[str] = []
-
-    def walk(x: Any) -> None:
-        if isinstance(x, dict):
-            for v in x.values():
-                walk(v)
-        elif isinstance(x, list):
-            for v in x:
-                walk(v)
-        elif isinstance(x, bool) or x is None:
-            return
-        else:
+    for call in gold.get("tool_calls") or []:
+        for x in iter_scalars(call_arguments(call)):
             s = str(x).strip()
             if len(s) >= 2 and s not in vals:
                 vals.append(s)
-
-    for call in gold.get("tool_calls") or []:
-        walk(call_arguments(call))
     return vals
 
 

@@ -356,23 +356,27 @@ def _tool_names(episode: Episode) -> list[str]:
     return names
 
 
+def iter_scalars(x: Any) -> Iterator[Any]:
+    """The str/int/float leaves of a JSON-like value (booleans and nulls skipped), depth first."""
+    if isinstance(x, dict):
+        for v in x.values():
+            yield from iter_scalars(v)
+    elif isinstance(x, list):
+        for v in x:
+            yield from iter_scalars(v)
+    elif isinstance(x, (str, int, float)) and not isinstance(x, bool):
+        yield x
+
+
 def _values_seen(episode: Episode, upto: int) -> dict[str, list[Any]]:
     """Argument values by argument name, and scalar values seen in tool results, before `upto`."""
     by_arg: dict[str, list[Any]] = {}
     scalars: list[Any] = []
 
     def walk(x: Any) -> None:
-        if isinstance(x, dict):
-            for v in x.values():
-                walk(v)
-        elif isinstance(x, list):
-            for v in x:
-                walk(v)
-        elif isinstance(x, (str, int, float)) and not isinstance(x, bool):
-            if isinstance(x, str) and not (1 <= len(x) <= 64):
-                return
-            if x not in scalars:
-                scalars.append(x)
+        for v in iter_scalars(x):
+            if (not isinstance(v, str) or 1 <= len(v) <= 64) and v not in scalars:
+                scalars.append(v)
 
     for m in episode.messages[: max(upto, 0)]:
         for c in m.get("tool_calls") or []:
