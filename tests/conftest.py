@@ -26,3 +26,16 @@ def repo_root() -> Path:
 @pytest.fixture(scope="session")
 def samples_dir() -> Path:
     return SAMPLES
+
+
+def small_episode(n_msgs: int = 13):
+    """A real synthetic support episode cut after a few decisions, tools trimmed to those it uses."""
+    from damc.data.episodes import Episode
+    from damc.data.synthetic import generate_episodes
+
+    ep = generate_episodes(1, seed=0)[0]
+    msgs = ep.messages[:n_msgs]
+    used = {c["function"]["name"] for m in msgs for c in m.get("tool_calls") or []}
+    tools = [t for t in ep.tools if t["function"]["name"] in used]
+    keys = {k: v for k, v in ep.metadata.get("key_card_ids", {}).items() if int(k) < n_msgs}
+    return Episode(ep.episode_id, msgs, ep.domain, tools, {}, {"key_card_ids": keys})

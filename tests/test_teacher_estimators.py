@@ -4,6 +4,7 @@ import logging
 
 import numpy as np
 import pytest
+from conftest import small_episode
 
 from damc.data.episodes import Episode, decision_points
 from damc.prompting import action_text, format_prompt
@@ -11,16 +12,6 @@ from damc.teacher.context import ContextConfig, build_context, candidate_cards
 from damc.teacher.estimators import AblationLasso, GroupedLeaveOneOut, LeaveOneOut
 
 
-def small_episode(n_msgs: int = 13) -> Episode:
-    """A real synthetic support episode cut after a few decisions, tools trimmed to those it uses."""
-    from damc.data.synthetic import generate_episodes
-
-    ep = generate_episodes(1, seed=0)[0]
-    msgs = ep.messages[:n_msgs]
-    used = {c["function"]["name"] for m in msgs for c in m.get("tool_calls") or []}
-    tools = [t for t in ep.tools if t["function"]["name"] in used]
-    keys = {k: v for k, v in ep.metadata.get("key_card_ids", {}).items() if int(k) < n_msgs}
-    return Episode(ep.episode_id, msgs, ep.domain, tools, {}, {"key_card_ids": keys})
 
 
 def last_decision(ep: Episode):

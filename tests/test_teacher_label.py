@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import small_episode
 from hydra import compose, initialize
 
 from damc.data.episodes import Episode, write_episodes
@@ -19,15 +20,6 @@ from damc.teacher.labels import EXTRA_COLUMNS, LABEL_COLUMNS, LabelFormatError, 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def small_episode(n_msgs: int = 13) -> Episode:
-    from damc.data.synthetic import generate_episodes
-
-    ep = generate_episodes(1, seed=0)[0]
-    msgs = ep.messages[:n_msgs]
-    used = {c["function"]["name"] for m in msgs for c in m.get("tool_calls") or []}
-    tools = [t for t in ep.tools if t["function"]["name"] in used]
-    keys = {k: v for k, v in ep.metadata.get("key_card_ids", {}).items() if int(k) < n_msgs}
-    return Episode(ep.episode_id, msgs, ep.domain, tools, {}, {"key_card_ids": keys})
 
 
 @pytest.fixture(scope="module")
@@ -127,3 +119,17 @@ def test_load_labels_names_missing_columns(tmp_path):
         load_labels(tmp_path)
     with pytest.raises(FileNotFoundError):
         load_labels(tmp_path / "nothing")
+
+
+def test_plan_decisions_per_episode_sample(tmp_path):
+    from damc.data.synthetic import generate_episodes
+
+    path = tmp_path / "eps.jsonl"
+    write_episodes(path, generate_episodes(3, seed=5, progress=False))
+    every = plan_decisions(path, tool_calls_only=True)
+    some = plan_decisions(path, tool_calls_only=True, per_episode=2, seed=0)
+    ids = [dp.decision_id for dp in some]
+    assert len(some) == 6 and {dp.episode.episode_id for dp in some} == {dp.episode.episode_id for dp in every}
+    assert set(ids) <= {dp.decision_id for dp in every} and all(dp.is_tool_call for dp in some)
+    assert ids == [dp.decision_id for dp in plan_decisions(path, True, per_episode=2, seed=0)]  # seeded
+    assert ids != [dp.decision_id for dp in plan_decisions(path, True, per_episode=2, seed=1)]
