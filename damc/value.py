@@ -167,10 +167,16 @@ class ScorerValuer(Valuer):
         self.scorer, self.temperature = scorer, temperature
 
     @classmethod
-    def from_pretrained(cls, path: str, **kwargs: Any) -> "ScorerValuer":
+    def from_pretrained(cls, path: str, dtype: str = "auto", **kwargs: Any) -> "ScorerValuer":
+        """Load an exported scorer; `dtype="auto"` takes bf16 where the CPU/GPU runs it natively (2-3x fp32)."""
+        from damc.models import pick_device, pick_dtype
         from damc.scorer import CardScorer
 
-        return cls(CardScorer.from_pretrained(path), **kwargs)
+        if dtype == "auto":
+            import torch
+
+            dtype = "bfloat16" if pick_dtype("auto", pick_device()) == torch.bfloat16 else "float32"
+        return cls(CardScorer.from_pretrained(path, dtype=dtype), **kwargs)
 
     def value(self, query: str, cards: Sequence[Card], now: float | None = None) -> np.ndarray:
         if not cards:

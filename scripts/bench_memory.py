@@ -82,15 +82,16 @@ def bench_ingest(n_cards: int, tokenizer: str | None, rng: random.Random) -> dic
             "with_embedding_cards_per_s": round(cards / (t_store + t_embed)), "batch": "one session (30 cards) per transaction"}
 
 
-def bench_context(n_cards: int, candidates: int, decisions: int, scorer_path: str | None, rng: random.Random
-                  ) -> dict[str, Any]:
+def bench_context(n_cards: int, candidates: int, decisions: int, scorer_path: str | None, rng: random.Random,
+                  scorer_dtype: str = "float32") -> dict[str, Any]:
     from damc.memory import DecisionAwareMemory, MemoryConfig
     from damc.value import CachedValuer, CrossEncoderScorer, HeuristicValuer, HybridValuer, ScorerValuer
 
     if scorer_path:
         from damc.scorer import CardScorer
 
-        scorer, scorer_name = CardScorer.from_pretrained(scorer_path), f"CardScorer({scorer_path})"
+        scorer = CardScorer.from_pretrained(scorer_path, dtype=scorer_dtype)
+        scorer_name = f"CardScorer({scorer_path}, {scorer_dtype})"
     else:
         scorer, scorer_name = CrossEncoderScorer("minilm-l6", max_length=256), "CrossEncoder(minilm-l6), untrained stand-in"
     cfg = MemoryConfig(top_n=candidates, recent=10, pinned=10, max_candidates=candidates, context_window=8192)
@@ -160,6 +161,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--candidates", type=int, default=50, help="candidates valued per decision")
     ap.add_argument("--decisions", type=int, default=40, help="timed build_context calls")
     ap.add_argument("--scorer", default=None, help="exported CardScorer dir (default: CrossEncoder from minilm-l6)")
+    ap.add_argument("--scorer-dtype", default="float32", help="float32 | bfloat16 (the runtime's auto on AMX)")
     ap.add_argument("--faiss-n", type=int, default=1_000_000, help="vectors for the retrieval benchmark (0: skip)")
     ap.add_argument("--faiss-queries", type=int, default=300)
     ap.add_argument("--nlist", type=int, default=1024)
@@ -181,7 +183,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.ingest:
         out["ingest"] = bench_ingest(args.ingest, "smollm2-135m", rng)
     if not args.skip_context:
-        out["build_context"] = bench_context(args.cards, args.candidates, args.decisions, args.scorer, rng)
+        out["build_context"] = bench_context(args.cards, args.candidates, args.decisions, args.scorer, rng,
+                                               args.scorer_dtype)
     if args.faiss_n:
         out["faiss"] = bench_faiss(args.faiss_n, 384, args.faiss_queries, args.nlist, args.nprobe)
     out["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]

@@ -163,3 +163,19 @@ def test_real_configs_compose_with_experiment_and_logger_groups(tmp_path):
     assert cfg.logger.name == "none" and cfg.model.name == "minilm-l6"
     assert cfg.trainer.epochs == 4 and cfg.data.dev_fraction == 0.25    # the experiment's overrides won
     assert cfg.trainer.loss.temperature > 0 and cfg.trainer.bf16 == "auto"
+
+
+def test_runtime_valuer_loads_scorer_in_native_precision(scorer_dir):
+    import torch
+
+    from damc.models import pick_dtype
+    from damc.value import ScorerValuer
+
+    auto = ScorerValuer.from_pretrained(str(scorer_dir))
+    fp32 = ScorerValuer.from_pretrained(str(scorer_dir), dtype="float32")
+    expected = torch.bfloat16 if pick_dtype("auto", "cpu") == torch.bfloat16 else torch.float32
+    assert next(auto.scorer.model.parameters()).dtype == expected
+    assert next(fp32.scorer.model.parameters()).dtype == torch.float32
+    cards = ["[user] my order 88412 never arrived", "[assistant] hello!", "[tool_error] get_order failed: 500"]
+    a, b = auto.value("user: refund order 88412", cards), fp32.value("user: refund order 88412", cards)
+    assert a.shape == (3,) and np.all((a > 0) & (a < 1)) and np.allclose(a, b, atol=0.05)
