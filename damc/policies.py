@@ -53,6 +53,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from damc.cards import Card
+from damc.compress import TemplateCompressor
 from damc.data.episodes import DecisionPoint, call_arguments, iter_scalars
 from damc.prompting import build_decision_messages, card_to_messages, message_to_chat
 from damc.query import render_card, render_decision_query
@@ -276,7 +277,7 @@ class CardPolicy(Policy):
             return Selection([], [], 0, None)
         scores = np.asarray(self.score(dp, cards, ctx), dtype=float)  # (n_cards,)
         if self.compress:
-            lines = [memory_line(c) for c in cards]
+            lines = [c.line for c in TemplateCompressor().compress(cards)]
             costs = [ctx.count_tokens(s) + LINE_OVERHEAD_TOKENS for s in lines]
         else:
             costs = [sum(ctx.count_tokens(m["content"]) + MESSAGE_OVERHEAD_TOKENS for m in card_to_messages(c))
@@ -289,15 +290,6 @@ class CardPolicy(Policy):
             return Selection([], ids, used, [lines[i] for i in kept], sc)
         hist = [m for i in kept for m in card_to_messages(cards[i])]
         return Selection(hist, ids, used, None, sc)
-
-
-def memory_line(card: Card) -> str:
-    """A card as one "Relevant history" line: the runtime's template, tagged with its card id."""
-    from damc.compress import template_compress
-
-    line = template_compress(card)
-    line = getattr(line, "text", line)  # a result object or a plain string
-    return line if line.startswith(f"[{card.card_id}]") else f"[{card.card_id}] {line}"
 
 
 def query_of(dp: DecisionPoint) -> str:
