@@ -432,13 +432,19 @@ def _minmax(x: np.ndarray) -> np.ndarray:
 
 
 class DAMCStudentPolicy(CardPolicy):
-    """Cards by the exported student scorer (`CardScorer.from_pretrained(scorer)`), compressed by default."""
+    """Cards by the exported student scorer (`CardScorer.from_pretrained(scorer)`), compressed by default.
+
+    Loaded like the runtime loads it (`dtype="auto"`, `backend="auto"`: int8 ONNX when exported, else bf16
+    where native), so its overhead is the deployable one; pass `dtype=float32, backend=torch` for exact scores.
+    """
 
     name = "damc_student"
 
     def __init__(self, scorer: str | None = None, compress: bool = True, **load_kwargs: Any):
         if not scorer:
             raise ValueError("damc_student needs `scorer=` (an exported scorer directory)")
+        load_kwargs.setdefault("dtype", "auto")
+        load_kwargs.setdefault("backend", "auto")
         self.path, self.compress, self.load_kwargs = scorer, compress, load_kwargs
 
     @functools.cached_property

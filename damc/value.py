@@ -167,16 +167,22 @@ class ScorerValuer(Valuer):
         self.scorer, self.temperature = scorer, temperature
 
     @classmethod
-    def from_pretrained(cls, path: str, dtype: str = "auto", **kwargs: Any) -> "ScorerValuer":
-        """Load an exported scorer; `dtype="auto"` takes bf16 where the CPU/GPU runs it natively (2-3x fp32)."""
-        from damc.models import pick_device, pick_dtype
+    def from_pretrained(cls, path: str, dtype: str = "auto", backend: str = "auto", temperature: float = 1.0,
+                        **scorer_kwargs: Any) -> "ScorerValuer":
+        """Load an exported scorer for the runtime: the int8 ONNX file when the directory has one (fastest on
+        CPU, `export.py int8=true`), else torch in bf16 where the CPU/GPU runs it natively (2-3x fp32).
+
+        Args:
+            path: scorer directory.
+            dtype / backend: see `CardScorer.from_pretrained` ("auto" by default).
+            temperature: sigmoid temperature.
+            scorer_kwargs: other `CardScorer.from_pretrained` arguments (device, max_batch_tokens, ...).
+        """
+        from damc.models import pick_device
         from damc.scorer import CardScorer
 
-        if dtype == "auto":
-            import torch
-
-            dtype = "bfloat16" if pick_dtype("auto", pick_device()) == torch.bfloat16 else "float32"
-        return cls(CardScorer.from_pretrained(path, dtype=dtype), **kwargs)
+        scorer_kwargs.setdefault("device", pick_device())
+        return cls(CardScorer.from_pretrained(path, dtype=dtype, backend=backend, **scorer_kwargs), temperature)
 
     def value(self, query: str, cards: Sequence[Card], now: float | None = None) -> np.ndarray:
         if not cards:

@@ -83,15 +83,17 @@ def bench_ingest(n_cards: int, tokenizer: str | None, rng: random.Random) -> dic
 
 
 def bench_context(n_cards: int, candidates: int, decisions: int, scorer_path: str | None, rng: random.Random,
-                  scorer_dtype: str = "float32") -> dict[str, Any]:
+                  scorer_dtype: str = "auto", scorer_backend: str = "auto",
+                  max_batch_tokens: int | None = 1024) -> dict[str, Any]:
     from damc.memory import DecisionAwareMemory, MemoryConfig
     from damc.value import CachedValuer, CrossEncoderScorer, HeuristicValuer, HybridValuer, ScorerValuer
 
     if scorer_path:
         from damc.scorer import CardScorer
 
-        scorer = CardScorer.from_pretrained(scorer_path, dtype=scorer_dtype)
-        scorer_name = f"CardScorer({scorer_path}, {scorer_dtype})"
+        scorer = CardScorer.from_pretrained(scorer_path, dtype=scorer_dtype, backend=scorer_backend,
+                                            max_batch_tokens=max_batch_tokens)
+        scorer_name = repr(scorer) + f" max_batch_tokens={max_batch_tokens}"
     else:
         scorer, scorer_name = CrossEncoderScorer("minilm-l6", max_length=256), "CrossEncoder(minilm-l6), untrained stand-in"
     cfg = MemoryConfig(top_n=candidates, recent=10, pinned=10, max_candidates=candidates, context_window=8192)
@@ -161,7 +163,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--candidates", type=int, default=50, help="candidates valued per decision")
     ap.add_argument("--decisions", type=int, default=40, help="timed build_context calls")
     ap.add_argument("--scorer", default=None, help="exported CardScorer dir (default: CrossEncoder from minilm-l6)")
-    ap.add_argument("--scorer-dtype", default="float32", help="float32 | bfloat16 (the runtime's auto on AMX)")
+    ap.add_argument("--scorer-dtype", default="auto", help="float32 | bfloat16 | auto (bf16 on AMX; the runtime's default)")
+    ap.add_argument("--scorer-backend", default="auto",
+                    help="torch | onnx | auto (model_int8.onnx when exported, else torch; the runtime's default)")
+    ap.add_argument("--max-batch-tokens", type=int, default=1024, help="padded tokens per scorer batch (0: no cap)")
     ap.add_argument("--faiss-n", type=int, default=1_000_000, help="vectors for the retrieval benchmark (0: skip)")
     ap.add_argument("--faiss-queries", type=int, default=300)
     ap.add_argument("--nlist", type=int, default=1024)
@@ -184,7 +189,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         out["ingest"] = bench_ingest(args.ingest, "smollm2-135m", rng)
     if not args.skip_context:
         out["build_context"] = bench_context(args.cards, args.candidates, args.decisions, args.scorer, rng,
-                                               args.scorer_dtype)
+                                               args.scorer_dtype, args.scorer_backend, args.max_batch_tokens or None)
     if args.faiss_n:
         out["faiss"] = bench_faiss(args.faiss_n, 384, args.faiss_queries, args.nlist, args.nprobe)
     out["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]

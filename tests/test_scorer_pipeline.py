@@ -179,3 +179,87 @@ def test_runtime_valuer_loads_scorer_in_native_precision(scorer_dir):
     cards = ["[user] my order 88412 never arrived", "[assistant] hello!", "[tool_error] get_order failed: 500"]
     a, b = auto.value("user: refund order 88412", cards), fp32.value("user: refund order 88412", cards)
     assert a.shape == (3,) and np.all((a > 0) & (a < 1)) and np.allclose(a, b, atol=0.05)
+
+
+def test_token_budget_batching_cuts_batches_and_keeps_scores(scorer_dir):
+    from damc.scorer import CardScorer
+
+    s = CardScorer.from_pretrained(scorer_dir, batch_size=4, max_batch_tokens=256)
+    # sorted longest first: a batch is padded to its first pair, so 183 tokens → 1 pair, 100 → 2, 50 → 4 (cap)
+    assert s._batches([183, 100, 90, 50, 50, 50, 50, 50, 40], 4) == [slice(0, 1), slice(1, 3), slice(3, 7),
+                                                                   slice(7, 11)]
+    assert s._batches([300], 4) == [slice(0, 1)]               # a pair longer than the budget still runs alone
+    labels = [json.loads(x) for x in LABELS.read_text().splitlines()]
+    query = labels[0]["decision_text"]
+    texts = [r["card_text"] for r in labels][:24]
+    whole = CardScorer.from_pretrained(scorer_dir, batch_size=64, max_batch_tokens=None).score(query, texts)
+    for budget in (64, 300):
+        cut = CardScorer.from_pretrained(scorer_dir, max_batch_tokens=budget).score(query, texts)
+        assert np.allclose(cut, whole, atol=1e-4)              # padding never changes a score
+    with pytest.raises(ValueError, match="max_batch_tokens"):
+        CardScorer.from_pretrained(scorer_dir, max_batch_tokens=0)
+
+
+def test_auto_backend_takes_int8_onnx_when_exported(scorer_dir, tmp_path):
+    import shutil
+
+    from scipy.stats import spearmanr
+
+    from damc.scorer import CardScorer
+    from damc.scorer.export import quantize_int8
+    from damc.value import ScorerValuer
+
+    labels = [json.loads(x) for x in LABELS.read_text().splitlines()]
+    query = labels[0]["decision_text"]
+    texts = [r["card_text"] for r in labels if r["decision_id"] == labels[0]["decision_id"]]
+    plain = ScorerValuer.from_pretrained(str(scorer_dir))
+    assert plain.scorer.session is None and plain.scorer.model is not None      # no int8 file: torch
+    d = tmp_path / "with_int8"
+    shutil.copytree(scorer_dir, d)
+    quantize_int8(d / "model.onnx", d / "model_int8.onnx")
+    auto = ScorerValuer.from_pretrained(str(d))
+    assert auto.scorer.session is not None and auto.scorer.dtype == "int8"
+    ref = CardScorer.from_pretrained(d, dtype="float32").score(query, texts)
+    got = auto.scorer.score(query, texts)
+    rho, gap = spearmanr(ref, got)[0], np.abs(ref - got).max()
+    assert rho > 0.8 and gap < 0.25, (rho, gap, ref.tolist(), got.tolist())     # int8 keeps the ranking
+
+
+def test_symlog_normalisation_round_trips_and_tames_the_tail():
+    from damc.scorer.train import Decision, Normalization, fit_normalization
+
+    deltas = [0.0, 0.1, -0.3, 0.5, 2.0, 40.0]
+    dec = [Decision("d", "e", "q", ["c"] * 6, [str(i) for i in range(6)], deltas, list(range(6)))]
+    z_lin = fit_normalization(dec, clip=5.0).apply(deltas)
+    norm = fit_normalization(dec, clip=5.0, kind="symlog")
+    z_log = norm.apply(deltas)
+    assert norm.kind == "symlog" and np.allclose(norm.invert(z_log), deltas)
+    # the small deltas that decide most of a ranking are spread further apart than under a plain z-score
+    assert (z_log[3] - z_log[1]) > 3 * (z_lin[3] - z_lin[1])
+    assert np.argsort(z_log).tolist() == np.argsort(deltas).tolist()
+    with pytest.raises(ValueError, match="unknown normalisation 'rank'"):
+        Normalization("rank").apply(deltas)
+
+
+def test_shallow_student_trains_exports_and_scores(tmp_path):
+    from damc.scorer import CardScorer
+    from damc.scorer.export import main as export
+    from damc.scorer.train import main
+
+    run = tmp_path / "l2"
+    main(_train_cfg(run, "logger=none", "model.num_layers=2", "data.normalization=symlog"))
+    meta = json.loads((run / "train_meta.json").read_text())
+    assert meta["kept_layers"] == [0, 5] and meta["normalization"]["kind"] == "symlog"
+    assert json.loads((run / "model" / "config.json").read_text())["num_hidden_layers"] == 2
+    with initialize(config_path="../configs", version_base="1.3"):
+        cfg = compose("export", overrides=[f"run_dir={run}", f"out={tmp_path / 's'}"])
+    export(cfg)
+    s = CardScorer.from_pretrained(tmp_path / "s")
+    assert s.model.config.num_hidden_layers == 2 and s.metadata["kept_layers"] == [0, 5]
+    scores = s.score("user: refund order 88412", ["[user] order 88412 never arrived", "[assistant] hi"])
+    assert scores.shape == (2,) and np.isfinite(scores).all()
+    # to_delta inverts the symlog normalisation: monotone in the score
+    d = s.to_delta(np.array([-1.0, 0.0, 1.0]))
+    assert d[0] < d[1] < d[2]
+    with pytest.raises(ValueError, match="encoder has 6 layers"):
+        main(_train_cfg(tmp_path / "bad", "logger=none", "model.num_layers=7"))

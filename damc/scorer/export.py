@@ -59,9 +59,12 @@ def export_onnx(model: Any, tokenizer: Any, path: Path, opset: int = 17) -> Path
 
 def quantize_int8(src: Path, dst: Path) -> Path:
     """Dynamic int8 quantisation of an ONNX model's weights (onnxruntime)."""
+    import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+    # DefaultTensorType: fused contrib ops (Attention, SkipLayerNormalization) defeat ONNX shape inference.
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8,
+                     extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
     return dst
 
 
@@ -78,7 +81,8 @@ def build_metadata(run_dir: Path) -> dict[str, Any]:
     keep = {k: metrics[k] for k in ("scorer", "cosine", "recency", "split", "n_decisions", "n_pairs") if k in metrics}
     return {"format_version": FORMAT_VERSION, "render_version": tm["render_version"],
             "normalization": tm["normalization"], "max_length": tm["max_length"], "teacher": tm["teacher"],
-            "estimators": tm.get("estimators"), "base_model": tm["base_model"], "loss": tm.get("loss"),
+            "estimators": tm.get("estimators"), "base_model": tm["base_model"],
+            "kept_layers": tm.get("kept_layers"), "loss": tm.get("loss"),
             "labels": tm.get("labels"), "metrics": keep, "score_units": "normalised delta (to_delta -> nats)"}
 
 

@@ -44,14 +44,27 @@ class LabelsFormatError(ValueError):
 class Normalization:
     """How teacher deltas (nats) become training targets; stored in `damc_scorer.json`."""
 
-    kind: str = "zscore"   # z = clip((delta - mean) / std, -clip, clip)
-    mean: float = 0.0      # mean delta over the train rows (nats)
-    std: float = 1.0       # standard deviation of train deltas (nats), floored at 1e-6
+    kind: str = "zscore"   # zscore: z = clip((delta - mean) / std, ±clip); symlog: same on sign(δ)·log1p(|δ|)
+    mean: float = 0.0      # mean (transformed) delta over the train rows
+    std: float = 1.0       # standard deviation of (transformed) train deltas, floored at 1e-6
     clip: float = 5.0      # |z| cap so one extreme label cannot dominate the pointwise term
 
+    def transform(self, deltas: Sequence[float]) -> np.ndarray:
+        d = np.asarray(deltas, dtype=np.float64)
+        if self.kind == "symlog":  # LOO deltas are heavy-tailed: a few cards move the action by 10-50 nats
+            return np.sign(d) * np.log1p(np.abs(d))
+        if self.kind != "zscore":
+            raise ValueError(f"unknown normalisation {self.kind!r}; expected 'zscore' or 'symlog'")
+        return d
+
     def apply(self, deltas: Sequence[float]) -> np.ndarray:
-        z = (np.asarray(deltas, dtype=np.float64) - self.mean) / self.std
+        z = (self.transform(deltas) - self.mean) / self.std
         return np.clip(z, -self.clip, self.clip)
+
+    def invert(self, z: Sequence[float] | np.ndarray) -> np.ndarray:
+        """Normalised scores back to teacher deltas (nats)."""
+        y = np.asarray(z, dtype=np.float64) * self.std + self.mean
+        return np.sign(y) * np.expm1(np.abs(y)) if self.kind == "symlog" else y
 
 
 @dataclass
@@ -149,10 +162,35 @@ def split_by_episode(decisions: Sequence[Decision], dev_fraction: float, seed: i
     return [d for d in decisions if d.episode_id not in dev_eps], [d for d in decisions if d.episode_id in dev_eps]
 
 
-def fit_normalization(decisions: Sequence[Decision], clip: float) -> Normalization:
-    """Train-split statistics of the deltas."""
-    deltas = np.asarray([x for d in decisions for x in d.deltas], dtype=np.float64)
-    return Normalization("zscore", float(deltas.mean()), float(max(deltas.std(), 1e-6)), float(clip))
+def fit_normalization(decisions: Sequence[Decision], clip: float, kind: str = "zscore") -> Normalization:
+    """Train-split statistics of the (transformed) deltas."""
+    x = Normalization(kind).transform([x for d in decisions for x in d.deltas])
+    return Normalization(kind, float(x.mean()), float(max(x.std(), 1e-6)), float(clip))
+
+
+def prune_layers(cross_encoder: Any, num_layers: int | None) -> list[int] | None:
+    """Keep `num_layers` evenly spaced transformer layers (first and last included) of the encoder — the
+    DistilBERT-style initialisation of a shallower student. Returns the kept layer indices (None: all kept).
+
+    Raises:
+        ValueError: the model has no `encoder.layer` stack or `num_layers` is out of range.
+    """
+    if not num_layers:
+        return None
+    hf = cross_encoder.model
+    stack = getattr(getattr(hf.base_model, "encoder", None), "layer", None)
+    if stack is None:
+        raise ValueError(f"model.num_layers={num_layers}: {type(hf).__name__} has no encoder.layer stack to prune; "
+                         f"use model.num_layers=null")
+    total = len(stack)
+    if not 1 <= num_layers <= total:
+        raise ValueError(f"model.num_layers={num_layers} but the encoder has {total} layers")
+    keep = sorted({int(round(x)) for x in np.linspace(0, total - 1, num_layers)})
+    import torch
+
+    hf.base_model.encoder.layer = torch.nn.ModuleList([stack[i] for i in keep])
+    hf.config.num_hidden_layers = len(keep)
+    return keep
 
 
 def to_dataset(decisions: Sequence[Decision], norm: Normalization, max_cards: int | None, seed: int) -> Any:
@@ -263,7 +301,7 @@ def main(cfg: Any) -> dict[str, Any]:
         raise LabelsFormatError(f"{data.labels}: need decisions from at least 2 episodes to split train/dev, "
                                 f"found {len(decisions)} decision(s) with ≥ {data.min_cards} cards")
     train_dec, dev_dec = split_by_episode(decisions, float(data.dev_fraction), int(data.split_seed))
-    norm = fit_normalization(train_dec, float(data.clip))
+    norm = fit_normalization(train_dec, float(data.clip), str(data.get("normalization") or "zscore"))
     logger.info("labels: %d decisions (%d train / %d dev), normalisation mean=%.4f std=%.4f",
                 len(decisions), len(train_dec), len(dev_dec), norm.mean, norm.std)
     train_ds = to_dataset(train_dec, norm, data.get("max_cards"), int(cfg.seed))
@@ -278,6 +316,9 @@ def main(cfg: Any) -> dict[str, Any]:
     max_length = int(cfg.model.max_length)
     model = CrossEncoder(resolve_model(base), num_labels=1, max_length=max_length,
                          activation_fn=torch.nn.Identity(), device=cfg.get("device"))
+    kept_layers = prune_layers(model, cfg.model.get("num_layers"))
+    if kept_layers is not None:
+        logger.info("student keeps encoder layers %s of %s", kept_layers, base)
     loss = ListwiseDistillationLoss(model, listwise_weight=float(lcfg.listwise_weight),
                                     pointwise_weight=float(lcfg.pointwise_weight),
                                     temperature=float(lcfg.temperature), mini_batch_size=int(lcfg.mini_batch_size))
@@ -332,7 +373,7 @@ def main(cfg: Any) -> dict[str, Any]:
                         "dev_episodes": len({d.episode_id for d in dev_dec}),
                         "dev_fraction": float(data.dev_fraction), "split_seed": int(data.split_seed)}
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    meta = {"base_model": base, "max_length": max_length, "render_version": versions[0] if len(versions) == 1
+    meta = {"base_model": base, "kept_layers": kept_layers, "max_length": max_length, "render_version": versions[0] if len(versions) == 1
             else str(RENDER_VERSION), "teacher": teachers[0] if len(teachers) == 1 else teachers,
             "estimators": sorted(set(ds.unique("estimator"))), "normalization": vars(norm),
             "loss": {k: float(v) for k, v in lcfg.items()}, "labels": str(data.labels),
