@@ -263,3 +263,25 @@ def test_shallow_student_trains_exports_and_scores(tmp_path):
     assert d[0] < d[1] < d[2]
     with pytest.raises(ValueError, match="encoder has 6 layers"):
         main(_train_cfg(tmp_path / "bad", "logger=none", "model.num_layers=7"))
+
+
+@pytest.mark.slow
+def test_two_process_ddp_training_on_cpu(tmp_path):
+    """The same script under a 2-process launch (torchrun; gloo on CPU): rank 0 alone writes the run."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "ddp"
+    torchrun = Path(sys.executable).with_name("torchrun")
+    cmd = [str(torchrun), "--nproc_per_node", "2", str(ROOT / "scripts" / "train.py"), f"data.labels={LABELS}",
+           f"out_dir={out}", "trainer=tiny", "trainer.max_steps=2", "trainer.batch_size=1", "model.max_length=96", "data.max_cards=8",
+           "device=cpu", "data.dev_fraction=0.34", "logger=none"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["train"]["world_size"] == 2 and m["train"]["global_step"] == 2
+    assert (out / "model" / "model.safetensors").exists() and (out / "train_meta.json").exists()
+    log = proc.stdout + proc.stderr
+    assert log.count("labels: 5 decisions") == 2                  # both ranks loaded the data ...
+    assert log.count("dev fidelity") == 1                         # ... only rank 0 evaluated and wrote

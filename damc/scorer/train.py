@@ -349,6 +349,9 @@ def main(cfg: Any) -> dict[str, Any]:
         dataloader_num_workers=int(tr.num_workers),
         use_cpu=str(cfg.get("device") or "") == "cpu" or not torch.cuda.is_available(),
         disable_tqdm=not bool(tr.progress_bar),
+        # Every parameter takes part in every step; with the default (True for non-PreTrainedModel
+        # wrappers such as CrossEncoder) DDP marks the classifier ready twice and the backward fails.
+        ddp_find_unused_parameters=False,
     )
     trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=train_ds, eval_dataset=dev_ds, loss=loss)
     resume = _last_checkpoint(out_dir / "checkpoints") if cfg.get("resume") else None
@@ -356,7 +359,7 @@ def main(cfg: Any) -> dict[str, Any]:
         logger.warning("resume=true but no checkpoint in %s; training from scratch", out_dir / "checkpoints")
     result = trainer.train(resume_from_checkpoint=resume)
     train_summary = {"global_step": int(result.global_step), "train_loss": float(result.training_loss),
-                     "resumed_from": resume, **{k: float(v) for k, v in result.metrics.items()
+                     "resumed_from": resume, "world_size": int(trainer.args.world_size), **{k: float(v) for k, v in result.metrics.items()
                                                 if isinstance(v, (int, float))}}
     if not trainer.is_world_process_zero():
         return {"train": train_summary}
