@@ -285,3 +285,14 @@ def test_two_process_ddp_training_on_cpu(tmp_path):
     log = proc.stdout + proc.stderr
     assert log.count("labels: 5 decisions") == 2                  # both ranks loaded the data ...
     assert log.count("dev fidelity") == 1                         # ... only rank 0 evaluated and wrote
+
+
+def test_train_fraction_keeps_the_dev_split(tmp_path):
+    from damc.scorer.train import main
+
+    a = main(_train_cfg(tmp_path / "all", "logger=none", "trainer.max_steps=1"))
+    b = main(_train_cfg(tmp_path / "half", "logger=none", "trainer.max_steps=1", "data.train_fraction=0.5"))
+    assert b["split"]["dev_decisions"] == a["split"]["dev_decisions"]
+    assert b["split"]["train_decisions"] == max(1, round(0.5 * a["split"]["train_decisions"]))
+    with pytest.raises(ValueError, match="train_fraction"):
+        main(_train_cfg(tmp_path / "bad", "logger=none", "data.train_fraction=0"))

@@ -301,6 +301,13 @@ def main(cfg: Any) -> dict[str, Any]:
         raise LabelsFormatError(f"{data.labels}: need decisions from at least 2 episodes to split train/dev, "
                                 f"found {len(decisions)} decision(s) with ≥ {data.min_cards} cards")
     train_dec, dev_dec = split_by_episode(decisions, float(data.dev_fraction), int(data.split_seed))
+    frac = data.get("train_fraction")
+    frac = 1.0 if frac is None else float(frac)
+    if not 0 < frac <= 1:
+        raise ValueError(f"data.train_fraction must be in (0, 1], got {frac}")
+    if frac < 1:  # learning curves: fewer training decisions, the very same dev decisions
+        keep = set(random.Random(int(data.split_seed)).sample(range(len(train_dec)), max(1, round(frac * len(train_dec)))))
+        train_dec = [d for i, d in enumerate(train_dec) if i in keep]
     norm = fit_normalization(train_dec, float(data.clip), str(data.get("normalization") or "zscore"))
     logger.info("labels: %d decisions (%d train / %d dev), normalisation mean=%.4f std=%.4f",
                 len(decisions), len(train_dec), len(dev_dec), norm.mean, norm.std)
