@@ -60,6 +60,29 @@ def test_log_prob_many_matches_single_calls(teacher32):
         np.testing.assert_allclose(lp, teacher32.log_prob(msgs, a), atol=1e-3)
 
 
+def test_sliding_window_cache_falls_back_to_full_rows(teacher32, monkeypatch, caplog):
+    """A model whose KV cache keeps only the last W positions (Gemma 3's sliding layers) cannot reuse a
+    prefix: the rows must run in full and give the naive result, not a shape error."""
+    from transformers import DynamicCache
+
+    dp = last_decision(small_episode())
+    cards = candidate_cards(dp, teacher32.tokenizer)[-4:]
+    naive = LeaveOneOut(reuse_prefix=False).estimate(teacher32, dp, cards)
+    real_base = type(teacher32)._run_base
+
+    def windowed_base(self, ids, n_act):
+        lp, cache = real_base(self, ids, n_act)
+        w = 8  # every layer keeps its last 8 positions, like a sliding-window layer
+        return lp, DynamicCache([(layer.keys[:, :, -w:], layer.values[:, :, -w:]) for layer in cache.layers])
+
+    monkeypatch.setattr(type(teacher32), "_run_base", windowed_base)
+    with caplog.at_level(logging.WARNING, logger="damc.teacher.backends"):
+        got = LeaveOneOut(reuse_prefix=True).estimate(teacher32, dp, cards)
+    assert np.max(np.abs(got.deltas - naive.deltas)) < 1e-3
+    assert got.extra["naive_tokens"] == got.n_forward_tokens          # nothing was reused
+    assert "sliding-window KV cache" in caplog.text
+
+
 def test_ablation_cost_is_independent_of_card_count_and_seeded(teacher32):
     dp = last_decision(small_episode())
     cards = candidate_cards(dp, teacher32.tokenizer)

@@ -110,6 +110,18 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
+def _cache_covers(cache: Any, n: int) -> bool:
+    """Whether every layer of a KV cache holds all `n` positions (False for sliding-window layers that
+    keep only their last W, and for cache layouts this code does not know)."""
+    layers = getattr(cache, "layers", None)
+    if not layers:
+        return False
+    try:
+        return all(layer.keys is not None and layer.keys.shape[2] >= n for layer in layers)
+    except AttributeError:
+        return False
+
+
 class HFTeacher(Teacher):
     """A local Hugging Face causal LM as teacher, with KV-cache prefix reuse.
 
@@ -137,6 +149,7 @@ class HFTeacher(Teacher):
         window = getattr(self.model.config, "max_position_embeddings", None)
         self.max_context_tokens = int(max_context_tokens or window or 2048)
         self._seg_cache: dict[str, list[int]] = {}
+        self._warned_window = False
         logger.info("HF teacher %s on %s (%s), window %d", self.model_id, self.device, self.dtype,
                     self.max_context_tokens)
 
@@ -206,6 +219,21 @@ class HFTeacher(Teacher):
             # (1, seq) full pass of the reference row, keeping its KV cache
             out[0], cache = self._run_base(base_ids, base_act)
             stats.n_forward_tokens += len(base_ids)
+            if not _cache_covers(cache, len(base_ids)):
+                # sliding-window layers (Gemma 3, Mistral, ...) keep only their last W positions: there is
+                # no full prefix to reuse, so the other rows run in full (exact, just slower)
+                if not self._warned_window:
+                    logger.warning("%s keeps a sliding-window KV cache: prefix reuse is off, rows run in full",
+                                   self.model_id)
+                    self._warned_window = True
+                order = sorted(range(1, len(rows)), key=lambda j: len(rows[j][0]))
+                for b in range(0, len(order), self.batch_size):
+                    idx = order[b: b + self.batch_size]
+                    res, n_tok = self._run(None, 0, [rows[j] for j in idx])
+                    stats.n_forward_tokens += n_tok
+                    for j, r in zip(idx, res):
+                        out[j] = r
+                return out, stats  # type: ignore[return-value]
             # reusable prefix of each row: shared with row 0, and ending before its last context token
             shared = {j: min(_common_prefix(rows[j][0], base_ids), len(rows[j][0]) - rows[j][1] - 1)
                       for j in range(1, len(rows))}
