@@ -206,42 +206,29 @@ class HFTeacher(Teacher):
         stats = ScoreStats(n_forward=len(rows), n_naive_tokens=sum(len(r[0]) for r in rows))
         out: list[np.ndarray | None] = [None] * len(rows)
         with torch.inference_mode():
-            if not reuse:
-                order = sorted(range(len(rows)), key=lambda j: len(rows[j][0]))
-                for b in range(0, len(order), self.batch_size):
-                    idx = order[b: b + self.batch_size]
-                    res, n_tok = self._run(None, 0, [rows[j] for j in idx])
-                    stats.n_forward_tokens += n_tok
-                    for j, r in zip(idx, res):
-                        out[j] = r
-                return out, stats  # type: ignore[return-value]
-            base_ids, base_act = rows[0]
-            # (1, seq) full pass of the reference row, keeping its KV cache
-            out[0], cache = self._run_base(base_ids, base_act)
-            stats.n_forward_tokens += len(base_ids)
-            if not _cache_covers(cache, len(base_ids)):
-                # sliding-window layers (Gemma 3, Mistral, ...) keep only their last W positions: there is
-                # no full prefix to reuse, so the other rows run in full (exact, just slower)
-                if not self._warned_window:
+            todo, cache = list(range(len(rows))), None
+            prefix = dict.fromkeys(todo, 0)  # cached positions each row starts from (0: runs in full)
+            if reuse:
+                base_ids, base_act = rows[0]
+                # (1, seq) full pass of the reference row, keeping its KV cache
+                out[0], cache = self._run_base(base_ids, base_act)
+                stats.n_forward_tokens += len(base_ids)
+                todo = todo[1:]
+                if _cache_covers(cache, len(base_ids)):
+                    # reusable prefix of each row: shared with row 0, ending before its last context token
+                    prefix = {j: min(_common_prefix(rows[j][0], base_ids), len(rows[j][0]) - rows[j][1] - 1)
+                              for j in todo}
+                elif not self._warned_window:
+                    # sliding-window layers (Gemma 3, Mistral, ...) keep only their last W positions: no full
+                    # prefix to reuse, so the rows run in full (exact, just slower)
                     logger.warning("%s keeps a sliding-window KV cache: prefix reuse is off, rows run in full",
                                    self.model_id)
                     self._warned_window = True
-                order = sorted(range(1, len(rows)), key=lambda j: len(rows[j][0]))
-                for b in range(0, len(order), self.batch_size):
-                    idx = order[b: b + self.batch_size]
-                    res, n_tok = self._run(None, 0, [rows[j] for j in idx])
-                    stats.n_forward_tokens += n_tok
-                    for j, r in zip(idx, res):
-                        out[j] = r
-                return out, stats  # type: ignore[return-value]
-            # reusable prefix of each row: shared with row 0, and ending before its last context token
-            shared = {j: min(_common_prefix(rows[j][0], base_ids), len(rows[j][0]) - rows[j][1] - 1)
-                      for j in range(1, len(rows))}
-            order = sorted(shared, key=lambda j: -shared[j])
+            # longest shared prefix first (a batch reuses its shortest one), then shortest rows (little padding)
+            order = sorted(todo, key=lambda j: (-prefix[j], len(rows[j][0])))
             for b in range(0, len(order), self.batch_size):
                 idx = order[b: b + self.batch_size]
-                p = min(shared[j] for j in idx)
-                res, n_tok = self._run(cache, p, [rows[j] for j in idx])
+                res, n_tok = self._run(cache, min(prefix[j] for j in idx), [rows[j] for j in idx])
                 stats.n_forward_tokens += n_tok
                 for j, r in zip(idx, res):
                     out[j] = r
