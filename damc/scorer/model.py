@@ -350,9 +350,7 @@ class CardScorer:
         """Map scores (normalised units) back to the teacher's delta scale in nats."""
         from damc.scorer.train import Normalization
 
-        norm = self.metadata["normalization"]
-        return Normalization(str(norm.get("kind", "zscore")), float(norm.get("mean", 0.0)), float(norm.get("std", 1.0)),
-                             float(norm.get("clip", 5.0))).invert(scores)
+        return Normalization.from_dict(self.metadata["normalization"]).invert(scores)
 
     def __repr__(self) -> str:
         backend = "onnx" if self.session is not None else "torch"

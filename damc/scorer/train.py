@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -56,6 +57,11 @@ class Normalization:
         if self.kind != "zscore":
             raise ValueError(f"unknown normalisation {self.kind!r}; expected 'zscore' or 'symlog'")
         return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Normalization":
+        """From `damc_scorer.json`'s `normalization` (missing keys take the defaults; older files lack `kind`)."""
+        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
 
     def apply(self, deltas: Sequence[float]) -> np.ndarray:
         z = (self.transform(deltas) - self.mean) / self.std
