@@ -234,18 +234,30 @@ def evaluate_one(policy: Policy, name: str, budget: Any, d: Decision, llm: Decis
 # ----------------------------------------------------------------------------- main
 
 def build_policies(cfg: Any) -> dict[str, Policy]:
-    """Policies named in `cfg.policies`, with `cfg.policy_options[name]` and the shared scorer/labels paths."""
+    """Policies named in `cfg.policies`, with `cfg.policy_options[name]` and the shared scorer/labels paths.
+
+    A name that is not a registry policy is a *variant*: its `policy_options` entry names the registry
+    policy in `policy:` and adds options, e.g. `damc_student_k4: {policy: damc_student, top_k: 4}`; results
+    are keyed by the variant's name.
+    """
+    from damc.policies import POLICIES
+
     opts = cfg.get("policy_options") or {}
     out = {}
     for name in cfg.policies:
         kw = dict(opts.get(name) or {})
-        if name == "damc_student":
+        base = kw.pop("policy", None) or name
+        if base not in POLICIES:
+            raise KeyError(f"unknown policy {name!r}: not one of {', '.join(POLICIES)} and no "
+                           f"`policy_options.{name}.policy` naming one (e.g. "
+                           f"'+policy_options.{name}={{policy: damc_student, top_k: 4}}')")
+        if base == "damc_student":
             kw.setdefault("scorer", cfg.scorer)
-        if name == "damc_knn":
+        if base == "damc_knn":
             kw.setdefault("labels", cfg.labels_path)
-        if name.startswith("damc_") and cfg.get("compress") is not None:
+        if base.startswith("damc_") and cfg.get("compress") is not None:
             kw.setdefault("compress", bool(cfg.compress))
-        out[name] = make_policy(name, **kw)
+        out[name] = make_policy(base, **kw)
     return out
 
 

@@ -267,15 +267,33 @@ class CardPolicy(Policy):
     """
 
     compress: bool = False
+    top_k: int | None = None        # keep at most this many cards, even when more would fit the budget
+    min_score: float | None = None  # keep only cards scoring at least this (in the policy's own score units)
 
     @abstractmethod
     def score(self, dp: DecisionPoint, cards: list[Card], ctx: PolicyContext) -> np.ndarray:
         """One value per card (higher = keep first)."""
 
+    def eligible(self, scores: np.ndarray) -> np.ndarray:
+        """Indices the budget packing may use: `min_score` and `top_k` applied (best first, newest on ties)."""
+        idx = np.arange(len(scores))
+        if self.min_score is not None:
+            idx = idx[scores[idx] >= self.min_score]
+        if self.top_k is not None and len(idx) > self.top_k:
+            order = sorted(idx.tolist(), key=lambda i: (-float(scores[i]), -i))
+            idx = np.array(sorted(order[: self.top_k]), dtype=int)
+        return idx
+
     def select(self, dp, cards, budget, ctx):
         if not cards:
             return Selection([], [], 0, None)
         scores = np.asarray(self.score(dp, cards, ctx), dtype=float)  # (n_cards,)
+        if self.top_k is not None or self.min_score is not None:
+            idx = self.eligible(scores)
+            if len(idx) == 0:
+                return Selection([], [], 0, None)
+            cards = [cards[i] for i in idx]
+            scores = scores[idx]
         if self.compress:
             lines = [c.line for c in TemplateCompressor().compress(cards)]
             costs = [ctx.count_tokens(s) + LINE_OVERHEAD_TOKENS for s in lines]
@@ -549,9 +567,28 @@ POLICIES: dict[str, type[Policy]] = {p.name: p for p in (
 def make_policy(name: str, **kwargs: Any) -> Policy:
     """A policy by registry name with its keyword options (see each class).
 
+    Every card-valuing policy (`CardPolicy`) also takes `top_k` (keep at most K cards) and `min_score` (keep
+    only cards scoring at least this), applied before the budget packing: they let a policy use less than
+    its budget, which is how a value threshold saves prompt tokens.
+
     Raises:
         KeyError: an unknown name (the message lists the known ones).
     """
     if name not in POLICIES:
         raise KeyError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
-    return POLICIES[name](**kwargs)
+    caps = {k: kwargs.pop(k) for k in ("top_k", "min_score") if kwargs.get(k) is not None}
+    kwargs.pop("top_k", None), kwargs.pop("min_score", None)
+    policy = POLICIES[name](**kwargs)
+    if caps and not isinstance(policy, CardPolicy):
+        raise ValueError(f"policy {name!r} does not value cards: `top_k`/`min_score` apply only to "
+                         f"{', '.join(n for n, p in POLICIES.items() if issubclass(p, CardPolicy))}")
+    if "top_k" in caps:
+        if isinstance(caps["top_k"], bool) or not isinstance(caps["top_k"], int) or caps["top_k"] < 1:
+            raise ValueError(f"policy {name!r}: top_k must be a positive integer, got {caps['top_k']!r}")
+        policy.top_k = caps["top_k"]
+    if "min_score" in caps:
+        try:
+            policy.min_score = float(caps["min_score"])
+        except (TypeError, ValueError):
+            raise ValueError(f"policy {name!r}: min_score must be a number, got {caps['min_score']!r}") from None
+    return policy

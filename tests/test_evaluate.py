@@ -166,6 +166,24 @@ def test_a_killed_run_resumes_without_redoing_or_losing_decisions(pipeline, tmp_
     assert calls == []
 
 
+def test_a_named_variant_runs_a_registry_policy_with_caps_under_its_own_name(pipeline, tmp_path):
+    from damc.evaluate import main
+
+    out = tmp_path / "eval"
+    res = main(_eval_cfg(pipeline, out, "policies=[window,damc_student,damc_student_k2]", "budgets=[1024]",
+                         "max_decisions=2", "+policy_options.damc_student_k2={policy: damc_student, top_k: 2}"))
+    assert {"damc_student@1024", "damc_student_k2@1024"} <= set(res["policies"])
+    recs = {(r["policy"], r["decision_id"]): r for r in _records(out)}
+    for (pol, did), r in recs.items():
+        if pol == "damc_student_k2":
+            full = recs[("damc_student", did)]
+            assert len(r["kept_card_ids"]) == min(2, len(full["kept_card_ids"]))
+            assert set(r["kept_card_ids"]) <= set(full["kept_card_ids"])  # the same scorer's two best
+            assert r["history_tokens"] <= full["history_tokens"]
+    with pytest.raises(KeyError, match="policy_options.nope.policy"):
+        main(_eval_cfg(pipeline, tmp_path / "bad", "policies=[nope]", "budgets=[128]"))
+
+
 # ----------------------------------------------------------------------------- metrics
 
 def test_mc_accuracy_uses_length_normalised_logprobs():

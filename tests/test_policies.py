@@ -107,3 +107,32 @@ def test_unknown_policy_and_missing_paths_fail_clearly():
         make_policy("damc_student")
     with pytest.raises(ValueError, match="labels="):
         make_policy("damc_knn")
+
+
+def test_top_k_and_min_score_cap_a_card_policy_below_its_budget(setup):
+    ctx, dp, cards = setup
+    free = make_policy("recency").build(dp, cards, 10**6, ctx)
+    capped = make_policy("recency", top_k=3).build(dp, cards, 10**6, ctx)
+    assert capped.kept_card_ids == free.kept_card_ids[-3:]  # the 3 newest, still chronological
+    assert capped.history_tokens < free.history_tokens
+    # min_score in the policy's own units: recency scores are the card positions 0..n-1
+    n = len(cards)
+    thr = make_policy("recency", min_score=n - 5).build(dp, cards, 10**6, ctx)
+    assert thr.kept_card_ids == [c.card_id for c in cards[-5:]]
+    both = make_policy("recency", min_score=n - 5, top_k=2).build(dp, cards, 10**6, ctx)
+    assert both.kept_card_ids == [c.card_id for c in cards[-2:]]
+    # the budget still binds: the caps only ever remove cards
+    tight = make_policy("recency", top_k=3).build(dp, cards, 64, ctx)
+    assert tight.history_tokens <= 64 and set(tight.kept_card_ids) <= set(capped.kept_card_ids)
+    none = make_policy("recency", min_score=10**9).build(dp, cards, 10**6, ctx)
+    assert none.kept_card_ids == [] and none.history_tokens == 0
+    _ends_with_current_turn(none, dp)
+
+
+def test_caps_are_validated_and_only_for_card_policies():
+    with pytest.raises(ValueError, match="top_k must be a positive integer"):
+        make_policy("bm25", top_k=0)
+    with pytest.raises(ValueError, match="min_score must be a number"):
+        make_policy("bm25", min_score="high")
+    with pytest.raises(ValueError, match="does not value cards"):
+        make_policy("window", top_k=3)
