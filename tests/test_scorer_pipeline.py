@@ -296,3 +296,29 @@ def test_train_fraction_keeps_the_dev_split(tmp_path):
     assert b["split"]["train_decisions"] == max(1, round(0.5 * a["split"]["train_decisions"]))
     with pytest.raises(ValueError, match="train_fraction"):
         main(_train_cfg(tmp_path / "bad", "logger=none", "data.train_fraction=0"))
+
+
+def test_scorer_fidelity_on_a_runs_dev_episodes_matches_the_training_metrics(run_dir, scorer_dir, tmp_path):
+    import subprocess
+    import sys
+
+    from damc.scorer.metrics import scorer_fidelity
+
+    meta = json.loads((run_dir / "train_meta.json").read_text())
+    m = json.loads((run_dir / "metrics.json").read_text())
+    res = scorer_fidelity(scorer_dir, LABELS, episodes=meta["dev_episodes"])
+    assert res["n_decisions"] == m["n_decisions"] and res["teacher"] == ["smollm2-135m"]
+    for name in ("scorer", "cosine", "recency"):
+        assert res[name]["spearman"]["mean"] == pytest.approx(m[name]["spearman"]["mean"], abs=0.02), name
+    with pytest.raises(ValueError, match="no labelled decision"):
+        scorer_fidelity(scorer_dir, LABELS, episodes=["no-such-episode"])
+    out = tmp_path / "fid.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "fidelity.py"), str(scorer_dir), str(LABELS),
+                           "--run", str(run_dir), "--json", str(out)], capture_output=True, text=True, cwd=ROOT,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"{m['n_decisions']} decisions" in proc.stdout
+    assert json.loads(out.read_text())["scorer"]["spearman"]["mean"] == pytest.approx(res["scorer"]["spearman"]["mean"])
+    bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "fidelity.py"), str(scorer_dir), str(LABELS),
+                          "--run", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert bad.returncode != 0 and "train_meta.json not found" in bad.stderr

@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -161,3 +162,46 @@ def flatten(metrics: dict[str, Any], prefix: str = "") -> dict[str, float]:
         elif isinstance(v, (int, float)) and not isinstance(v, bool):
             flat[name] = float(v)
     return flat
+
+
+def scorer_fidelity(scorer: Any, labels: Any, episodes: Sequence[str] | None = None,
+                    max_decisions: int | None = None, encoder: Any | str = "minilm-l6", seed: int = 0
+                    ) -> dict[str, Any]:
+    """Fidelity of an exported scorer against any label set, beside the cosine and recency baselines.
+
+    The same metrics `scripts/train.py` writes for its dev split, for a scorer and labels of your choice:
+    another teacher's labels of the same decisions, or labels of a domain the scorer never saw.
+
+    Args:
+        scorer: a `CardScorer` or an exported scorer directory (loaded in fp32 with the torch backend).
+        labels: a label set (directory, parquet or JSONL) or a `datasets.Dataset` of label rows.
+        episodes: only decisions of these episode ids (e.g. a run's `dev_episodes` from `train_meta.json`).
+        max_decisions: the first N decisions (by decision id) after the episode filter.
+
+    Returns:
+        `fidelity_with_baselines(...)` plus `"teacher"` (the label set's teacher names).
+
+    Raises:
+        ValueError: no labelled decision with ≥ 2 cards is left after the filters.
+    """
+    from damc.scorer.train import group_decisions, read_labels
+
+    if isinstance(scorer, (str, os.PathLike)):
+        from damc.scorer import CardScorer
+
+        scorer = CardScorer.from_pretrained(scorer, dtype="float32", backend="torch")
+    ds = read_labels(labels) if isinstance(labels, (str, os.PathLike)) else labels
+    decisions = group_decisions(ds)
+    if episodes is not None:
+        keep = set(episodes)
+        decisions = [d for d in decisions if d.episode_id in keep]
+    if max_decisions:
+        decisions = decisions[: int(max_decisions)]
+    if not decisions:
+        raise ValueError(f"no labelled decision with ≥ 2 cards in {labels}"
+                         + (" from the given episodes" if episodes is not None else ""))
+    rows = [{"query": d.query, "docs": d.docs, "deltas": d.deltas, "positions": d.positions} for d in decisions]
+    scores = [scorer.score(d.query, d.docs) for d in decisions]
+    out = fidelity_with_baselines(rows, scores, encoder=encoder, seed=seed)
+    out["teacher"] = sorted(set(ds.unique("teacher")))
+    return out
