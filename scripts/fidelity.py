@@ -41,8 +41,14 @@ def cli() -> None:
     print(f"{res['n_decisions']} decisions, {res['n_pairs']} pairs, teacher {', '.join(res['teacher'])}")
     for name in ("scorer", "cosine", "recency"):
         s = res[name]["spearman"]
-        print(f"{name:8s} spearman {s['mean']:.3f} [{s['mean_ci'][0]:.3f}, {s['mean_ci'][1]:.3f}]  "
-              f"ndcg@5 {res[name]['ndcg@5']['mean']:.3f}  recall3@5 {res[name]['recall3@5']['mean']:.3f}")
+        print(f"{name:8s} spearman {_f(s['mean'])} [{_f(s['mean_ci'][0])}, {_f(s['mean_ci'][1])}]  "
+              f"ndcg@5 {_f(res[name]['ndcg@5']['mean'])}  recall3@5 {_f(res[name]['recall3@5']['mean'])} "
+              f"(n={res[name]['recall3@5']['n']}: decisions with > 5 cards)")
+
+
+def _f(x) -> str:
+    """A metric to 3 decimals, or n/a where no decision qualified (e.g. recall 3@5 needs > 5 cards)."""
+    return "n/a" if x is None else f"{x:.3f}"
 
 
 if __name__ == "__main__":

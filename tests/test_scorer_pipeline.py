@@ -322,3 +322,12 @@ def test_scorer_fidelity_on_a_runs_dev_episodes_matches_the_training_metrics(run
     bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "fidelity.py"), str(scorer_dir), str(LABELS),
                           "--run", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert bad.returncode != 0 and "train_meta.json not found" in bad.stderr
+    # decisions of ≤ 5 cards have no recall 3@5: reported as n/a, not a crash
+    rows = [json.loads(x) for x in LABELS.read_text().splitlines()]
+    per: dict = {}
+    short = [r for r in rows if per.setdefault(r["decision_id"], []).append(r) or len(per[r["decision_id"]]) <= 4]
+    (tmp_path / "short.jsonl").write_text("\n".join(json.dumps(r) for r in short) + "\n")
+    few = subprocess.run([sys.executable, str(ROOT / "scripts" / "fidelity.py"), str(scorer_dir),
+                          str(tmp_path / "short.jsonl")], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert few.returncode == 0, few.stderr[-2000:]
+    assert "recall3@5 n/a (n=0" in few.stdout
