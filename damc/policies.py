@@ -263,7 +263,8 @@ class CardPolicy(Policy):
 
     Subclasses implement `score`. With `compress`, kept cards become "Relevant history" lines through the
     runtime's templates (`damc.compress.template_compress`), each tagged `[card_id]`; otherwise they go in
-    as chat messages in chronological order.
+    as chat messages in chronological order. `top_k` / `min_score` (set through `make_policy`) restrict the
+    cards the packing may use, so a capped policy can stay below its budget.
     """
 
     compress: bool = False
@@ -576,8 +577,7 @@ def make_policy(name: str, **kwargs: Any) -> Policy:
     """
     if name not in POLICIES:
         raise KeyError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
-    caps = {k: kwargs.pop(k) for k in ("top_k", "min_score") if kwargs.get(k) is not None}
-    kwargs.pop("top_k", None), kwargs.pop("min_score", None)
+    caps = {k: v for k in ("top_k", "min_score") if (v := kwargs.pop(k, None)) is not None}
     policy = POLICIES[name](**kwargs)
     if caps and not isinstance(policy, CardPolicy):
         raise ValueError(f"policy {name!r} does not value cards: `top_k`/`min_score` apply only to "
