@@ -39,3 +39,21 @@ def small_episode(n_msgs: int = 13):
     tools = [t for t in ep.tools if t["function"]["name"] in used]
     keys = {k: v for k, v in ep.metadata.get("key_card_ids", {}).items() if int(k) < n_msgs}
     return Episode(ep.episode_id, msgs, ep.domain, tools, {}, {"key_card_ids": keys})
+
+
+LABEL_SAMPLE = SAMPLES / "scorer_labels_sample.jsonl"  # real SmolLM2-135M leave-one-out labels
+
+
+def label_sample_rows() -> list[dict]:
+    """The rows of the real teacher label sample."""
+    import json
+
+    return [json.loads(x) for x in LABEL_SAMPLE.read_text().splitlines()]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    """Write label-like rows as JSONL (a label set the readers accept) and return the path."""
+    import json
+
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path

@@ -7,20 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import LABEL_SAMPLE, label_sample_rows, write_jsonl
 
 from damc.teacher.agreement import label_agreement, paired_decisions
 
 ROOT = Path(__file__).resolve().parents[1]
-LABELS = ROOT / "data" / "samples" / "scorer_labels_sample.jsonl"
-
-
-def _rows():
-    return [json.loads(x) for x in LABELS.read_text().splitlines()]
-
-
-def _write(path, rows):
-    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    return path
+LABELS = LABEL_SAMPLE
+_rows, _write = label_sample_rows, write_jsonl
 
 
 def test_a_label_set_agrees_perfectly_with_itself():

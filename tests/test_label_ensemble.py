@@ -1,26 +1,18 @@
 """The teacher ensemble (`damc.teacher.ensemble.merge_labels`) on the real teacher label sample."""
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import LABEL_SAMPLE, label_sample_rows, write_jsonl
 
 from damc.scorer.train import group_decisions, read_labels
 from damc.teacher.ensemble import merge_labels
 
 ROOT = Path(__file__).resolve().parents[1]
-LABELS = ROOT / "data" / "samples" / "scorer_labels_sample.jsonl"
-
-
-def _rows():
-    return [json.loads(x) for x in LABELS.read_text().splitlines()]
-
-
-def _write(path, rows):
-    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    return path
+LABELS = LABEL_SAMPLE
+_rows, _write = label_sample_rows, write_jsonl
 
 
 def _other_teacher(tmp_path, drop_every=0):
