@@ -97,9 +97,10 @@ def merge_labels(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike
         merged.append(row)
 
     shard_dir.mkdir(parents=True, exist_ok=True)
+    new = _write_shard(shard_dir, "part-00000.parquet", merged)  # atomic: replaces an old part-00000 in one step
     for old in shard_dir.glob("*.parquet"):
-        old.unlink()
-    _write_shard(shard_dir, "part-00000.parquet", merged)
+        if old != new:
+            old.unlink()  # other shards of the label set being overwritten
     summary = {"out_dir": str(out), "inputs": [str(p) for p in inputs], "weights": w, "teacher": teacher,
                "estimator": estimators[0][0] if len(estimators[0]) == 1 else estimators[0],
                "decisions": len({k[0] for k in common}), "rows": len(merged),
