@@ -565,6 +565,11 @@ POLICIES: dict[str, type[Policy]] = {p.name: p for p in (
     ObservationMaskPolicy, DAMCKNNPolicy, DAMCStudentPolicy, DAMCTeacherPolicy, OraclePolicy)}
 
 
+def _takes_caps(cls: type[Policy]) -> bool:
+    """A card policy that packs by value with `CardPolicy.select` (oracle selects on its own: no caps)."""
+    return issubclass(cls, CardPolicy) and cls.select is CardPolicy.select
+
+
 def make_policy(name: str, **kwargs: Any) -> Policy:
     """A policy by registry name with its keyword options (see each class).
 
@@ -579,9 +584,9 @@ def make_policy(name: str, **kwargs: Any) -> Policy:
         raise KeyError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
     caps = {k: v for k in ("top_k", "min_score") if (v := kwargs.pop(k, None)) is not None}
     policy = POLICIES[name](**kwargs)
-    if caps and not isinstance(policy, CardPolicy):
-        raise ValueError(f"policy {name!r} does not value cards: `top_k`/`min_score` apply only to "
-                         f"{', '.join(n for n, p in POLICIES.items() if issubclass(p, CardPolicy))}")
+    if caps and not _takes_caps(type(policy)):
+        raise ValueError(f"policy {name!r} does not pack cards by value: `top_k`/`min_score` apply only to "
+                         f"{', '.join(n for n, p in POLICIES.items() if _takes_caps(p))}")
     if "top_k" in caps:
         if isinstance(caps["top_k"], bool) or not isinstance(caps["top_k"], int) or caps["top_k"] < 1:
             raise ValueError(f"policy {name!r}: top_k must be a positive integer, got {caps['top_k']!r}")

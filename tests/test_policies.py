@@ -134,5 +134,7 @@ def test_caps_are_validated_and_only_for_card_policies():
         make_policy("bm25", top_k=0)
     with pytest.raises(ValueError, match="min_score must be a number"):
         make_policy("bm25", min_score="high")
-    with pytest.raises(ValueError, match="does not value cards"):
+    with pytest.raises(ValueError, match="does not pack cards by value"):
         make_policy("window", top_k=3)
+    with pytest.raises(ValueError, match="does not pack cards by value"):
+        make_policy("oracle", top_k=3)  # it keeps the gold's cards by its own rule
