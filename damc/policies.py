@@ -48,7 +48,7 @@ import re
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -244,14 +244,18 @@ class ObservationMaskPolicy(Policy):
 
 # ----------------------------------------------------------------------------- card-scoring policies
 
+def best_first(scores: Sequence[float], indices: Iterable[int]) -> list[int]:
+    """`indices` by descending score; ties go to the later card (newer history first)."""
+    return sorted(indices, key=lambda i: (-float(scores[i]), -i))
+
+
 def greedy_budget(costs: Sequence[int], scores: Sequence[float], budget: int) -> list[int]:
     """Indices kept by best-score-first packing under `budget` (a card that does not fit is skipped).
 
     Ties go to the later card (newer history first). The result is in the original (chronological) order.
     """
-    order = sorted(range(len(scores)), key=lambda i: (-float(scores[i]), -i))
     kept, used = [], 0
-    for i in order:
+    for i in best_first(scores, range(len(scores))):
         if used + costs[i] <= budget:
             kept.append(i)
             used += costs[i]
@@ -281,8 +285,7 @@ class CardPolicy(Policy):
         if self.min_score is not None:
             idx = idx[scores[idx] >= self.min_score]
         if self.top_k is not None and len(idx) > self.top_k:
-            order = sorted(idx.tolist(), key=lambda i: (-float(scores[i]), -i))
-            idx = np.array(sorted(order[: self.top_k]), dtype=int)
+            idx = np.array(sorted(best_first(scores, idx.tolist())[: self.top_k]), dtype=int)
         return idx
 
     def select(self, dp, cards, budget, ctx):

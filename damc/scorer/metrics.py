@@ -200,8 +200,7 @@ def scorer_fidelity(scorer: Any, labels: Any, episodes: Sequence[str] | None = N
     if not decisions:
         raise ValueError(f"no labelled decision with ≥ 2 cards in {labels}"
                          + (" from the given episodes" if episodes is not None else ""))
-    rows = [{"query": d.query, "docs": d.docs, "deltas": d.deltas, "positions": d.positions} for d in decisions]
     scores = [scorer.score(d.query, d.docs) for d in decisions]
-    out = fidelity_with_baselines(rows, scores, encoder=encoder, seed=seed)
+    out = fidelity_with_baselines([d.as_dict() for d in decisions], scores, encoder=encoder, seed=seed)
     out["teacher"] = sorted(set(ds.unique("teacher")))
     return out
