@@ -159,9 +159,12 @@ def main(cfg: Any) -> dict[str, Any]:
 def reproduce(profiles: list[str], overrides: list[str] | None = None) -> dict[str, Any]:
     """`make reproduce`: the demo pipeline once per study profile (`configs/experiment/<profile>.yaml`).
 
-    Returns `{profile: {"results", "timings_s", "paths"}}` and prints each results table.
+    Returns `{profile: {"results", "timings_s", "paths"}}`, prints each results table and writes
+    `<out_dir>/report.md`: the README's policy × budget table and the study's targets, checked (`damc.report`).
     """
+    from damc.data.episodes import atomic_write_text
     from damc.evaluate import results_table
+    from damc.report import report
 
     out: dict[str, Any] = {}
     for prof in profiles:
@@ -171,4 +174,7 @@ def reproduce(profiles: list[str], overrides: list[str] | None = None) -> dict[s
         out[prof] = res
         if res["results"]:
             print(results_table(res["results"]), flush=True)
+            text = report({prof: res["results"]})
+            atomic_write_text(Path(cfg.out_dir) / "report.md", text)
+            print(text + f"\nreport: {Path(cfg.out_dir) / 'report.md'}", flush=True)
     return out

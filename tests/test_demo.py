@@ -34,3 +34,16 @@ def test_demo_pipeline_runs_every_stage_and_resumes(tmp_path, capsys):
     again = main(cfg)                                              # finished stages are skipped
     assert again["timings_s"] == {"evaluate": again["timings_s"]["evaluate"]}
     assert "[label] already done" in capsys.readouterr().out
+
+    # `make reproduce` = the same runner per study profile, plus the README's report: the profile's stages
+    # are already done here (same out_dir), so only the evaluation resumes and the report is written.
+    from damc.demo import reproduce
+
+    rep = reproduce(["study_synthetic"], [
+        f"out_dir={out}", "evaluate.policies=[window,bm25,damc_student,oracle]", "evaluate.budgets=[256]",
+        "evaluate.overrides=['max_decisions=2','data.tool_calls_only=true','n_boot=50']"])
+    assert rep["study_synthetic"]["results"]["policies"].keys() == results["policies"].keys()
+    report = (out / "report.md").read_text()
+    assert report.startswith("### study_synthetic") and "| **damc_student** |" in report
+    assert "| 256 |" in report and "≥ +15 pts vs window" in report
+    assert f"report: {out / 'report.md'}" in capsys.readouterr().out

@@ -1,0 +1,38 @@
+"""The README's results view of one or more A/B runs: a policy × budget table and the study's targets, checked.
+
+    python scripts/report.py runs/study/synthetic/eval runs/study/bfcl_long_context/eval [--out FILE] [--policy P]
+
+Each argument is a `scripts/evaluate.py` out_dir (or its results.json); `TITLE=DIR` names a section.
+`make reproduce` writes the same report next to each profile's results (`<out_dir>/report.md`).
+The work is in `damc.report`.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def cli() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("results", nargs="+", help="evaluate out_dir or results.json, optionally TITLE=PATH")
+    p.add_argument("--policy", default="damc_student", help="the policy whose targets are checked")
+    p.add_argument("--out", default=None, help="also write the Markdown here")
+    args = p.parse_args()
+    from damc.data.episodes import atomic_write_text
+    from damc.report import load_results, report
+
+    named = {}
+    for arg in args.results:
+        title, _, path = arg.rpartition("=") if "=" in arg else ("", "", arg)
+        try:
+            named[title or path] = load_results(path)
+        except (ValueError, FileNotFoundError) as e:
+            sys.exit(f"report: error: {e}")
+    text = report(named, policy=args.policy)
+    print(text)
+    if args.out:
+        atomic_write_text(Path(args.out), text)
+
+
+if __name__ == "__main__":
+    cli()
