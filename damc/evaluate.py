@@ -240,7 +240,7 @@ def build_policies(cfg: Any) -> dict[str, Policy]:
     policy in `policy:` and adds options, e.g. `damc_student_k4: {policy: damc_student, top_k: 4}`; results
     are keyed by the variant's name.
     """
-    from damc.policies import POLICIES
+    from damc.policies import POLICIES, CardPolicy
 
     opts = cfg.get("policy_options") or {}
     out = {}
@@ -257,7 +257,9 @@ def build_policies(cfg: Any) -> dict[str, Policy]:
             kw.setdefault("labels", cfg.labels_path)
         if base.startswith("damc_") and cfg.get("compress") is not None:
             kw.setdefault("compress", bool(cfg.compress))
-        out[name] = make_policy(base, **kw)
+        out[name] = pol = make_policy(base, **kw)
+        if isinstance(pol, CardPolicy):
+            pol.reuse_scores = True   # one scoring per decision for all budgets (its time still counts)
     return out
 
 

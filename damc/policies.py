@@ -109,6 +109,7 @@ class Selection:
     history_tokens: int
     memory_lines: list[str] | None = None
     scores: dict[str, float] = field(default_factory=dict)
+    reused_ms: float = 0.0   # scoring time of reused scores (`CardPolicy.reuse_scores`), counted as overhead
 
 
 class Policy(ABC):
@@ -128,7 +129,7 @@ class Policy(ABC):
         sel = self.select(dp, cards, budget, ctx)
         messages = build_decision_messages(dp.system, dp.episode.tools, sel.history, dp.current_turn,
                                            memory_lines=sel.memory_lines)
-        ms = (time.perf_counter() - t0) * 1000.0
+        ms = (time.perf_counter() - t0) * 1000.0 + sel.reused_ms
         return PolicyOutput(messages, sel.kept_card_ids, sel.history_tokens, ms, sel.scores)
 
     @abstractmethod
@@ -274,6 +275,11 @@ class CardPolicy(Policy):
     compress: bool = False
     top_k: int | None = None        # keep at most this many cards, even when more would fit the budget
     min_score: float | None = None  # keep only cards scoring at least this (in the policy's own score units)
+    #: reuse the last decision's scores when the same decision comes again with the same cards (the A/B
+    #: harness turns it on: scores do not depend on the budget, so each decision is scored once for all
+    #: budgets). The reused scoring time still counts in `overhead_ms`, as if scored afresh.
+    reuse_scores: bool = False
+    _last_scores: tuple[Any, np.ndarray, float] | None = None
 
     @abstractmethod
     def score(self, dp: DecisionPoint, cards: list[Card], ctx: PolicyContext) -> np.ndarray:
@@ -291,7 +297,7 @@ class CardPolicy(Policy):
     def select(self, dp, cards, budget, ctx):
         if not cards:
             return Selection([], [], 0, None)
-        scores = np.asarray(self.score(dp, cards, ctx), dtype=float)  # (n_cards,)
+        scores, reused_ms = self._scores(dp, cards, ctx)  # (n_cards,)
         if self.top_k is not None or self.min_score is not None:
             idx = self.eligible(scores)
             if len(idx) == 0:
@@ -309,9 +315,20 @@ class CardPolicy(Policy):
         used = sum(costs[i] for i in kept)
         sc = {cards[i].card_id: float(scores[i]) for i in kept}
         if self.compress:
-            return Selection([], ids, used, [lines[i] for i in kept], sc)
+            return Selection([], ids, used, [lines[i] for i in kept], sc, reused_ms)
         hist = [m for i in kept for m in card_to_messages(cards[i])]
-        return Selection(hist, ids, used, None, sc)
+        return Selection(hist, ids, used, None, sc, reused_ms)
+
+    def _scores(self, dp: DecisionPoint, cards: list[Card], ctx: PolicyContext) -> tuple[np.ndarray, float]:
+        """`score(...)` as floats, and the milliseconds of scoring this call did not spend (reused scores)."""
+        key = (dp.episode.episode_id, dp.index, tuple((c.card_id, c.raw_text) for c in cards))
+        if self.reuse_scores and self._last_scores is not None and self._last_scores[0] == key:
+            return self._last_scores[1], self._last_scores[2]
+        t0 = time.perf_counter()
+        scores = np.asarray(self.score(dp, cards, ctx), dtype=float)
+        if self.reuse_scores:
+            self._last_scores = (key, scores, (time.perf_counter() - t0) * 1000.0)
+        return scores, 0.0
 
 
 def query_of(dp: DecisionPoint) -> str:

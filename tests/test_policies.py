@@ -138,3 +138,32 @@ def test_caps_are_validated_and_only_for_card_policies():
         make_policy("window", top_k=3)
     with pytest.raises(ValueError, match="does not pack cards by value"):
         make_policy("oracle", top_k=3)  # it keeps the gold's cards by its own rule
+
+
+def test_reused_scores_are_scored_once_per_decision_and_still_timed(setup):
+    import time
+
+    from damc.policies import RecencyPolicy
+
+    ctx, dp, cards = setup
+
+    class Slow(RecencyPolicy):
+        calls = 0
+
+        def score(self, dp, cards, ctx):
+            Slow.calls += 1
+            time.sleep(0.05)
+            return super().score(dp, cards, ctx)
+
+    pol = Slow()
+    a = pol.build(dp, cards, 256, ctx)
+    pol.build(dp, cards, 512, ctx)
+    assert Slow.calls == 2                      # off by default: the runtime never sees stale scores
+    pol.reuse_scores = True
+    a2 = pol.build(dp, cards, 256, ctx)         # scored (nothing to reuse yet)
+    b2 = pol.build(dp, cards, 512, ctx)         # same decision, same cards, other budget: reused
+    assert Slow.calls == 3
+    assert a2.kept_card_ids == a.kept_card_ids and len(b2.kept_card_ids) > len(a2.kept_card_ids)
+    assert b2.overhead_ms >= 50                 # the reused scoring time is still counted
+    pol.build(dp, cards[:-1], 512, ctx)         # other cards: scored afresh
+    assert Slow.calls == 4
