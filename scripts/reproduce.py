@@ -4,7 +4,9 @@
     python scripts/reproduce.py study_bfcl               # one profile (configs/experiment/study_*.yaml)
     python scripts/reproduce.py study_synthetic evaluate.budgets=[1024]   # extra overrides of configs/demo.yaml
 
-Hours on a 2-core CPU; meant for a GPU box. Finished stages are skipped, evaluation resumes per decision.
+Sized for a 2-core CPU (about 1.5 h for both profiles, most of it evaluation); on a GPU box raise `per_episode`
+and `max_decisions` in the profiles. Finished stages are skipped, labelling and evaluation resume per decision.
+Each profile writes `<out_dir>/report.md` (the README's table and the study's targets, checked).
 The work is done by `damc.demo.reproduce(...)`.
 """
 
