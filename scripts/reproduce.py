@@ -4,7 +4,8 @@
     python scripts/reproduce.py study_bfcl               # one profile (configs/experiment/study_*.yaml)
     python scripts/reproduce.py study_synthetic evaluate.budgets=[1024]   # extra overrides of configs/demo.yaml
 
-Sized for a 2-core CPU (about 1.5 h for both profiles, most of it evaluation); on a GPU box raise `per_episode`
+Sized for a 2-core CPU (about 2.3 h for both profiles: synthetic labels 41 min, training 8, evaluation 68;
+BFCL 7 + 2.5 + 11 min); on a GPU box raise `per_episode`
 and `max_decisions` in the profiles. Finished stages are skipped, labelling and evaluation resume per decision.
 Each profile writes `<out_dir>/report.md` (the README's table and the study's targets, checked).
 The work is done by `damc.demo.reproduce(...)`.
