@@ -10,8 +10,9 @@ tokens) and checks the study's targets for one policy (by default `damc_student`
 * vs oracle — within 10 points of `oracle`;
 * vs baselines — strictly above `similarity`, `llm_judge` and `generative_agents` (budgets ≤ 2,048).
 
-Nothing here is tuned or hard-coded: every figure comes from the results file, and a target whose
-inputs are missing (e.g. `llm_judge` not run) is reported as "n/a", never as met.
+Nothing here is tuned or hard-coded: every figure comes from the results file. A target is never
+reported as met on missing inputs: without `full` / `oracle` / a paired entry it reads "n/a", and a
+competitor that was not run is named and fails the competitor check.
 
     python scripts/report.py runs/study/synthetic/eval runs/study/bfcl_long_context/eval [--out FILE]
 """
@@ -23,7 +24,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-BASELINE = "window"
 COMPETITORS = ("similarity", "llm_judge", "generative_agents")
 
 #: the issue's thresholds (DESIGN.md, Metrics); change them here, not in the checks.
