@@ -22,6 +22,7 @@ def cli() -> None:
     p.add_argument("--max-decisions", type=int, default=None)
     p.add_argument("--json", default=None, help="also write the result here")
     args = p.parse_args()
+    from damc.data.episodes import atomic_write_text
     from damc.scorer.metrics import scorer_fidelity
 
     episodes = None
@@ -37,7 +38,7 @@ def cli() -> None:
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"fidelity: error: {e}")
     if args.json:
-        Path(args.json).write_text(json.dumps(res, indent=2))
+        atomic_write_text(Path(args.json), json.dumps(res, indent=2))
     print(f"{res['n_decisions']} decisions, {res['n_pairs']} pairs, teacher {', '.join(res['teacher'])}")
     for name in ("scorer", "cosine", "recency"):
         s = res[name]["spearman"]
