@@ -24,7 +24,7 @@ _LAZY = {
     "write_episodes": "damc.data.episodes",
     "decision_points": "damc.data.episodes",
     "CardScorer": "damc.scorer",
-    "DecisionAwareMemory": "damc.memory",
+    "DecisionAwareMemory": "damc.runtime.memory",
 }
 
 __all__ = sorted(_LAZY)

@@ -59,7 +59,7 @@ def session_messages(s: int, n_turns: int, rng: random.Random) -> list[dict[str,
 
 def bench_ingest(n_cards: int, tokenizer: str | None, rng: random.Random) -> dict[str, Any]:
     """Cards/second through `add_messages` (encode + token count + SQLite), then with embeddings."""
-    from damc.memory import DecisionAwareMemory
+    from damc.runtime.memory import DecisionAwareMemory
 
     with tempfile.TemporaryDirectory() as d:
         mem = DecisionAwareMemory(d, tokenizer=tokenizer)
@@ -85,8 +85,8 @@ def bench_ingest(n_cards: int, tokenizer: str | None, rng: random.Random) -> dic
 def bench_context(n_cards: int, candidates: int, decisions: int, scorer_path: str | None, rng: random.Random,
                   scorer_dtype: str = "auto", scorer_backend: str = "auto",
                   max_batch_tokens: int | None = 1024) -> dict[str, Any]:
-    from damc.memory import DecisionAwareMemory, MemoryConfig
-    from damc.value import CachedValuer, CrossEncoderScorer, HeuristicValuer, HybridValuer, ScorerValuer
+    from damc.runtime.memory import DecisionAwareMemory, MemoryConfig
+    from damc.runtime.valuers import CachedValuer, CrossEncoderScorer, HeuristicValuer, HybridValuer, ScorerValuer
 
     if scorer_path:
         from damc.scorer import CardScorer
@@ -129,7 +129,7 @@ def bench_context(n_cards: int, candidates: int, decisions: int, scorer_path: st
 def bench_faiss(n: int, dim: int, queries: int, nlist: int, nprobe: int) -> dict[str, Any]:
     import faiss
 
-    from damc.index import IndexConfig, new_faiss_index, train_if_needed
+    from damc.runtime.index import IndexConfig, new_faiss_index, train_if_needed
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((n, dim), dtype=np.float32)

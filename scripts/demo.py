@@ -2,19 +2,11 @@
 
     python scripts/demo.py [out_dir=runs/demo] [evaluate.budgets=[512,1024]]
 
-The work is done by `damc.demo.main(cfg)`.
+The work is done by `damc.eval.pipelines.main(cfg)`.
 """
 
-import hydra
-from omegaconf import DictConfig
-
-
-@hydra.main(config_path="../configs", config_name="demo", version_base="1.3")
-def run(cfg: DictConfig) -> None:
-    from damc.demo import main
-
-    main(cfg)
-
+from damc.cli import run
+from damc.eval.pipelines import main
 
 if __name__ == "__main__":
-    run()
+    run("demo", main)

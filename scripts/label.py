@@ -4,19 +4,8 @@ Thin Hydra wrapper around `damc.teacher.label.main` (see configs/label.yaml and 
 Under `accelerate launch --num_processes N scripts/label.py ...` each process labels every Nth decision.
 """
 
-import logging
-
-import hydra
-from omegaconf import DictConfig
-
-
-@hydra.main(config_path="../configs", config_name="label", version_base="1.3")
-def run(cfg: DictConfig) -> None:
-    from damc.teacher.label import main
-
-    logging.getLogger("damc").setLevel(cfg.log_level)
-    main(cfg)
-
+from damc.cli import run
+from damc.teacher.label import main
 
 if __name__ == "__main__":
-    run()
+    run("label", main)

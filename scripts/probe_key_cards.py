@@ -17,7 +17,7 @@ import numpy as np
 
 def from_labels(path: str) -> None:
     """The key-card figure from a label dataset (its `is_key` column), without running the teacher."""
-    from damc.teacher.labels import load_labels
+    from damc.labels import load_labels
 
     df = load_labels(path).to_pandas()
     tops, ranks, n_cards = [], [], []

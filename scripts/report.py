@@ -4,7 +4,7 @@
 
 Each argument is a `scripts/evaluate.py` out_dir (or its results.json); `TITLE=DIR` names a section.
 `make reproduce` writes the same report next to each profile's results (`<out_dir>/report.md`).
-The work is in `damc.report`.
+The work is in `damc.eval.report`.
 """
 
 import argparse
@@ -19,7 +19,7 @@ def cli() -> None:
     p.add_argument("--out", default=None, help="also write the Markdown here")
     args = p.parse_args()
     from damc.data.episodes import atomic_write_text
-    from damc.report import load_results, report
+    from damc.eval.report import load_results, report
 
     named = {}
     for arg in args.results:

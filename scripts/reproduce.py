@@ -8,7 +8,7 @@ Sized for a 2-core CPU (about 2.3 h for both profiles: synthetic labels 41 min, 
 BFCL 7 + 2.5 + 11 min); on a GPU box raise `per_episode`
 and `max_decisions` in the profiles. Finished stages are skipped, labelling and evaluation resume per decision.
 Each profile writes `<out_dir>/report.md` (the README's table and the study's targets, checked).
-The work is done by `damc.demo.reproduce(...)`.
+The work is done by `damc.eval.pipelines.reproduce(...)`.
 """
 
 import logging
@@ -16,7 +16,7 @@ import sys
 
 
 def run() -> None:
-    from damc.demo import reproduce
+    from damc.eval.pipelines import reproduce
 
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
     args = sys.argv[1:]

@@ -4,16 +4,8 @@ Multi-GPU / DDP: accelerate launch --num_processes 2 scripts/train.py data.label
 The work is done by `damc.scorer.train.main(cfg)`.
 """
 
-import hydra
-from omegaconf import DictConfig
-
-
-@hydra.main(config_path="../configs", config_name="train", version_base="1.3")
-def run(cfg: DictConfig) -> None:
-    from damc.scorer.train import main
-
-    main(cfg)
-
+from damc.cli import run
+from damc.scorer.train import main
 
 if __name__ == "__main__":
-    run()
+    run("train", main)

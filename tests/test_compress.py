@@ -7,7 +7,7 @@ import json
 import pytest
 
 from damc.cards import Card, critical_atoms, encode_messages
-from damc.compress import (LLMCompressor, TemplateCompressor, missing_atoms, required_atoms, summarize_result,
+from damc.runtime.compress import (LLMCompressor, TemplateCompressor, missing_atoms, required_atoms, summarize_result,
                            template_compress)
 from damc.data.episodes import load_episodes
 

@@ -1,6 +1,6 @@
 """`make demo` end to end on a shrunken profile: data → labels → train → export (ONNX + int8) → evaluate.
 
-The same runner (`damc.demo.run_pipeline`) drives `make demo` and `make reproduce`; here every stage runs
+The same runner (`damc.eval.pipelines.run_pipeline`) drives `make demo` and `make reproduce`; here every stage runs
 for real on a few synthetic episodes, then a second call must skip every finished stage.
 """
 
@@ -12,7 +12,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_demo_pipeline_runs_every_stage_and_resumes(tmp_path, capsys):
-    from damc.demo import compose_stage, main
+    from damc.eval.pipelines import compose_stage, main
 
     out = tmp_path / "demo"
     cfg = compose_stage("demo", [
@@ -37,7 +37,7 @@ def test_demo_pipeline_runs_every_stage_and_resumes(tmp_path, capsys):
 
     # `make reproduce` = the same runner per study profile, plus the README's report: the profile's stages
     # are already done here (same out_dir), so only the evaluation resumes and the report is written.
-    from damc.demo import reproduce
+    from damc.eval.pipelines import reproduce
 
     rep = reproduce(["study_synthetic"], [
         f"out_dir={out}", "evaluate.policies=[window,bm25,damc_student,oracle]", "evaluate.budgets=[256]",

@@ -14,7 +14,8 @@ import pytest
 from hydra import compose, initialize
 
 from damc.data.episodes import load_episodes, write_episodes
-from damc.metrics import bootstrap_ci, exact_match, multiple_choice, paired_bootstrap, parse_action
+from damc.eval.metrics import exact_match, multiple_choice, parse_action
+from damc.eval.stats import bootstrap_ci, paired_bootstrap
 
 ALL_POLICIES = ["full", "window", "recency", "similarity", "bm25", "llm_judge", "generative_agents", "obs_mask",
                 "damc_knn", "damc_student", "damc_teacher", "oracle"]
@@ -75,7 +76,7 @@ def _records(out: Path) -> list[dict]:
 
 @pytest.mark.slow
 def test_every_policy_end_to_end_writes_results_with_the_schema(pipeline, tmp_path):
-    from damc.evaluate import main
+    from damc.eval.harness import main
 
     out = tmp_path / "eval"
     pol = "[" + ",".join(ALL_POLICIES) + "]"
@@ -114,7 +115,7 @@ class _Flaky:
     name, budgeted = "flaky", True
 
     def __init__(self):
-        from damc.policies import RecencyPolicy
+        from damc.eval.policies import RecencyPolicy
 
         self.inner, self.calls = RecencyPolicy(), 0
 
@@ -126,10 +127,10 @@ class _Flaky:
 
 
 def test_a_policy_raising_on_one_decision_is_recorded_as_failed_there_only(pipeline, tmp_path, monkeypatch):
-    import damc.policies
-    from damc.evaluate import main
+    import damc.eval.policies
+    from damc.eval.harness import main
 
-    monkeypatch.setitem(damc.policies.POLICIES, "flaky", _Flaky)
+    monkeypatch.setitem(damc.eval.policies.POLICIES, "flaky", _Flaky)
     out = tmp_path / "eval"
     res = main(_eval_cfg(pipeline, out, "policies=[window,flaky]", "budgets=[128]", "max_decisions=2"))
     recs = _records(out)
@@ -142,7 +143,7 @@ def test_a_policy_raising_on_one_decision_is_recorded_as_failed_there_only(pipel
 
 
 def test_a_killed_run_resumes_without_redoing_or_losing_decisions(pipeline, tmp_path, monkeypatch):
-    import damc.evaluate as ev
+    import damc.eval.harness as ev
 
     out = tmp_path / "eval"
     cfg = _eval_cfg(pipeline, out, "policies=[window,recency]", "budgets=[96,128]", "max_decisions=2")
@@ -167,7 +168,7 @@ def test_a_killed_run_resumes_without_redoing_or_losing_decisions(pipeline, tmp_
 
 
 def test_a_named_variant_runs_a_registry_policy_with_caps_under_its_own_name(pipeline, tmp_path):
-    from damc.evaluate import main
+    from damc.eval.harness import main
 
     out = tmp_path / "eval"
     res = main(_eval_cfg(pipeline, out, "policies=[window,damc_student,damc_student_k2]", "budgets=[1024]",

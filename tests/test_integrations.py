@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from damc.integrations.openai import DAMCOpenAI
-from damc.memory import DecisionAwareMemory
+from damc.runtime.integrations.openai import DAMCOpenAI
+from damc.runtime.memory import DecisionAwareMemory
 
 TOOLS = [{"type": "function", "function": {"name": "get_order", "description": "Look up an order",
                                            "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}}}}]
@@ -68,7 +68,7 @@ def test_langchain_middleware_with_fake_chat_model():
     from langchain_core.messages import AIMessage, convert_to_messages
     from langchain_core.tools import tool
 
-    from damc.integrations.langchain import damc_middleware, with_damc
+    from damc.runtime.integrations.langchain import damc_middleware, with_damc
 
     @tool
     def get_order(order_id: str) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from conftest import LABEL_SAMPLE, label_sample_rows, write_jsonl
 
-from damc.scorer.train import group_decisions, read_labels
+from damc.labels import group_decisions, load_labels
 from damc.teacher.ensemble import merge_labels
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +32,7 @@ def test_ensemble_delta_is_the_weighted_mean_on_common_cards_and_trains(tmp_path
     s = merge_labels([LABELS, other], out, weights=[1, 3])
     assert s["weights"] == [0.25, 0.75] and s["rows"] == len(orows)
     assert s["left_out_rows"] == {str(LABELS): len(_rows()) - len(orows), str(other): 0}
-    merged = {(r["decision_id"], r["card_id"]): r for r in read_labels(out).to_list()}
+    merged = {(r["decision_id"], r["card_id"]): r for r in load_labels(out).to_list()}
     base = {(r["decision_id"], r["card_id"]): r for r in _rows()}
     for r in orows:
         k = (r["decision_id"], r["card_id"])
@@ -40,7 +40,7 @@ def test_ensemble_delta_is_the_weighted_mean_on_common_cards_and_trains(tmp_path
         assert merged[k]["delta"] == pytest.approx(merged[k]["logp_full"] - merged[k]["logp_without"])
         assert merged[k]["card_text"] == base[k]["card_text"]
     assert {r["teacher"] for r in merged.values()} == {s["teacher"]} and "other-lm" in s["teacher"]
-    assert len(group_decisions(read_labels(out))) == s["decisions"]   # the trainer reads it as labels
+    assert len(group_decisions(load_labels(out))) == s["decisions"]   # the trainer reads it as labels
     with pytest.raises(FileExistsError, match="overwrite"):
         merge_labels([LABELS, other], out)
     assert merge_labels([LABELS, other], out, overwrite=True)["rows"] == len(orows)

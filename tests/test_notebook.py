@@ -1,7 +1,7 @@
 """notebooks/damc_analysis.ipynb runs top to bottom (nbclient) on a small labels dataset and results dir.
 
 The inputs are written in the real formats by the real writers: label rows with the teacher's parquet
-schema (`damc.teacher.labels.label_schema`), results through `damc.evaluate.aggregate`/`write_results`.
+schema (`damc.labels.label_schema`), results through `damc.eval.harness.aggregate`/`write_results`.
 """
 
 import json
@@ -19,8 +19,8 @@ def inputs(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from damc.evaluate import aggregate, write_results
-    from damc.teacher.labels import label_schema
+    from damc.eval.harness import aggregate, write_results
+    from damc.labels import label_schema
 
     rng = np.random.default_rng(0)
     rows = []
@@ -41,7 +41,7 @@ def inputs(tmp_path):
     for i in range(10):
         for pol, b, p_ok, tok in [("window", 256, 0.3, 400), ("window", 512, 0.4, 650), ("damc_student", 256, 0.6, 300),
                                   ("damc_student", 512, 0.7, 500), ("full", "none", 0.5, 3000)]:
-            recs.append({"policy": pol, "budget": b, "decision_id": f"d{i}", "failed": False,
+            recs.append({"policy": pol, "budget": b, "decision_id": f"d{i}", "episode_id": f"e{i // 2}", "failed": False,
                          "correct": bool(rng.random() < p_ok), "gold_logprob": -10.0, "gold_logprob_per_token": -1.0,
                          "prompt_tokens": tok, "overhead_ms": 3.0, "llm_ms": 500.0, "kept_card_ids": [],
                          "key_card_ids": []})

@@ -9,7 +9,7 @@ from damc.cards import cards_before, encode_episode, token_counter
 from damc.data.episodes import decision_points
 from damc.data.synthetic import generate_episodes
 from damc.models import load_tokenizer
-from damc.policies import POLICIES, PolicyContext, greedy_budget, make_policy, trim_history
+from damc.eval.policies import POLICIES, PolicyContext, greedy_budget, make_policy, trim_history
 from damc.prompting import HISTORY_HEADER, message_to_chat
 
 
@@ -143,7 +143,7 @@ def test_caps_are_validated_and_only_for_card_policies():
 def test_reused_scores_are_scored_once_per_decision_and_still_timed(setup):
     import time
 
-    from damc.policies import RecencyPolicy
+    from damc.eval.policies import RecencyPolicy
 
     ctx, dp, cards = setup
 

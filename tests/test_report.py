@@ -1,4 +1,4 @@
-"""damc.report: the README's policy × budget table and the study's targets, from real aggregate() output."""
+"""damc.eval.report: the README's policy × budget table and the study's targets, from real aggregate() output."""
 
 import json
 import subprocess
@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from damc.evaluate import aggregate
-from damc.report import check_targets, compact_table, load_results, report, targets_table
+from damc.eval.harness import aggregate
+from damc.eval.report import check_targets, compact_table, load_results, report, targets_table
 
 ROOT = Path(__file__).resolve().parents[1]
 N = 20
 
 
 def _records(policy, budget, n_correct, tokens, n=N):
-    return [{"policy": policy, "budget": budget, "decision_id": f"d{i}", "failed": False,
+    return [{"policy": policy, "budget": budget, "decision_id": f"d{i}", "episode_id": f"e{i}", "failed": False,
              "correct": i < n_correct, "gold_logprob": -10.0, "gold_logprob_per_token": -1.0,
              "prompt_tokens": tokens, "overhead_ms": 1.0, "llm_ms": 5.0, "key_card_ids": [], "kept_card_ids": []}
             for i in range(n)]

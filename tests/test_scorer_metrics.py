@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from damc.scorer.losses import listwise_kl, pointwise_mse
-from damc.scorer.metrics import bootstrap_ci, fidelity, ndcg_at_k, recall_at, spearman, summarize
+from damc.eval.metrics import ndcg_at_k, recall_at, spearman
+from damc.eval.stats import bootstrap_ci, summarize_values as summarize
+from damc.scorer.metrics import fidelity
 
 
 def test_spearman_perfect_reversed_and_constant():

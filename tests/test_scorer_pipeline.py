@@ -144,7 +144,8 @@ def test_incompatible_render_version_is_refused(scorer_dir, tmp_path):
 
 
 def test_labels_with_missing_columns_name_them(tmp_path):
-    from damc.scorer.train import LabelsFormatError, main
+    from damc.labels import LabelFormatError
+    from damc.scorer.train import main
 
     rows = [json.loads(x) for x in LABELS.read_text().splitlines()]
     bad = tmp_path / "bad.jsonl"
@@ -152,7 +153,7 @@ def test_labels_with_missing_columns_name_them(tmp_path):
                              for r in rows))
     cfg = _train_cfg(tmp_path / "run", "logger=none")
     cfg.data.labels = str(bad)
-    with pytest.raises(LabelsFormatError, match=r"missing column\(s\) card_text, delta"):
+    with pytest.raises(LabelFormatError, match=r"missing required label column\(s\) card_text, delta"):
         main(cfg)
 
 
@@ -169,7 +170,7 @@ def test_runtime_valuer_loads_scorer_in_native_precision(scorer_dir):
     import torch
 
     from damc.models import pick_dtype
-    from damc.value import ScorerValuer
+    from damc.runtime.valuers import ScorerValuer
 
     auto = ScorerValuer.from_pretrained(str(scorer_dir))
     fp32 = ScorerValuer.from_pretrained(str(scorer_dir), dtype="float32")
@@ -207,7 +208,7 @@ def test_auto_backend_takes_int8_onnx_when_exported(scorer_dir, tmp_path):
 
     from damc.scorer import CardScorer
     from damc.scorer.export import quantize_int8
-    from damc.value import ScorerValuer
+    from damc.runtime.valuers import ScorerValuer
 
     labels = [json.loads(x) for x in LABELS.read_text().splitlines()]
     query = labels[0]["decision_text"]
@@ -226,7 +227,8 @@ def test_auto_backend_takes_int8_onnx_when_exported(scorer_dir, tmp_path):
 
 
 def test_symlog_normalisation_round_trips_and_tames_the_tail():
-    from damc.scorer.train import Decision, Normalization, fit_normalization
+    from damc.labels import LabeledDecision as Decision
+    from damc.scorer.train import Normalization, fit_normalization
 
     deltas = [0.0, 0.1, -0.3, 0.5, 2.0, 40.0]
     dec = [Decision("d", "e", "q", ["c"] * 6, [str(i) for i in range(6)], deltas, list(range(6)))]

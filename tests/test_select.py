@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from damc.cards import Card
-from damc.select import DecayHybrid, Threshold, TopK, card_age, default_budget
-from damc.store import parse_time
+from damc.runtime.select import DecayHybrid, Threshold, TopK, card_age, default_budget
+from damc.runtime.store import parse_time
 
 
 def _card(i, ts=None):

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from damc.cards import Card, encode_messages
-from damc.index import CardIndex, IndexConfig, read_index_file
-from damc.store import SCHEMA_VERSION, CardStore
+from damc.runtime.index import CardIndex, IndexConfig, read_index_file
+from damc.runtime.store import SCHEMA_VERSION, CardStore
 
 
 def _cards(n: int, prefix: str = "s", start: int = 0) -> list[Card]:
@@ -91,7 +91,7 @@ def test_two_processes_lose_nothing(tmp_path):
 
 
 def _memory_writer(db: str, who: str, n: int) -> None:
-    from damc.memory import DecisionAwareMemory
+    from damc.runtime.memory import DecisionAwareMemory
 
     mem = DecisionAwareMemory(db, tokenizer=None, session_id="shared")
     for i in range(n):

@@ -4,7 +4,7 @@ import datasets
 import numpy as np
 import pytest
 
-from damc.teacher.aggregate import KNNValue
+from damc.runtime.knn import KNNValue
 
 
 def labels() -> datasets.Dataset:

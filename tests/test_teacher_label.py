@@ -15,7 +15,7 @@ from hydra import compose, initialize
 
 from damc.data.episodes import Episode, write_episodes
 from damc.teacher.label import main, plan_decisions, shard_decisions
-from damc.teacher.labels import EXTRA_COLUMNS, LABEL_COLUMNS, LabelFormatError, load_labels
+from damc.labels import EXTRA_COLUMNS, LABEL_COLUMNS, LabelFormatError, load_labels
 
 ROOT = Path(__file__).resolve().parents[1]
 

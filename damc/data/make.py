@@ -167,3 +167,9 @@ def main(cfg: Any) -> dict[str, Any]:
         logger.info("%s", format_summary(result["splits"][name], name))
     logger.info("wrote %s", ", ".join(result["files"].values()))
     return result
+
+
+if __name__ == "__main__":  # python -m damc.data.make KEY=VALUE ...  (configs: damc/configs/make_data.yaml)
+    from damc.cli import run
+
+    run("make_data", main)

@@ -92,10 +92,10 @@ def load_paths(scorer_dir: Path, int8: bool = True, threads: int | None = None) 
 
 def fidelity_by_path(paths: dict[str, Any], labels: str, max_decisions: int = 60) -> dict[str, float]:
     """Mean per-decision Spearman vs. the teacher for each path, on the same decisions."""
-    from damc.scorer.metrics import spearman
-    from damc.scorer.train import group_decisions, read_labels
+    from damc.eval.metrics import spearman
+    from damc.labels import group_decisions, load_labels
 
-    decisions = group_decisions(read_labels(labels))[:max_decisions]
+    decisions = group_decisions(load_labels(labels))[:max_decisions]
     out = {}
     for name, s in paths.items():
         rhos = [spearman(s.score(d.query, d.docs), d.deltas) for d in decisions]

@@ -121,3 +121,9 @@ def main(cfg: Any) -> dict[str, Any]:
     result["files"] = sorted(p.name for p in out.iterdir())
     logger.info("exported %s -> %s (%s)", run_dir, out, ", ".join(result["files"]))
     return result
+
+
+if __name__ == "__main__":  # python -m damc.scorer.export KEY=VALUE ...  (configs: damc/configs/export.yaml)
+    from damc.cli import run
+
+    run("export", main)

@@ -23,67 +23,16 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
+
+from damc.eval.metrics import ndcg_at_k, recall_at, spearman
+from damc.eval.stats import summarize_values
 
 logger = logging.getLogger(__name__)
 
 METRICS = ("spearman", "ndcg@5", "recall3@5")
-
-
-def spearman(scores: Sequence[float], deltas: Sequence[float]) -> float:
-    """Spearman correlation (average ranks for ties); NaN when either side is constant."""
-    from scipy.stats import rankdata
-
-    a, b = np.asarray(scores, dtype=np.float64), np.asarray(deltas, dtype=np.float64)
-    if len(a) < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
-        return float("nan")
-    ra, rb = rankdata(a), rankdata(b)
-    return float(np.corrcoef(ra, rb)[0, 1])
-
-
-def ndcg_at_k(scores: Sequence[float], deltas: Sequence[float], k: int = 5) -> float:
-    """NDCG@k of the score order with gains max(delta, 0); NaN when no card has a positive delta."""
-    s, g = np.asarray(scores, dtype=np.float64), np.clip(np.asarray(deltas, dtype=np.float64), 0, None)
-    if g.sum() <= 0:
-        return float("nan")
-    disc = 1.0 / np.log2(np.arange(2, k + 2))
-    top = np.argsort(-s, kind="stable")[:k]
-    ideal = np.sort(g)[::-1][:k]
-    return float((g[top] * disc[:len(top)]).sum() / (ideal * disc[:len(ideal)]).sum())
-
-
-def recall_at(scores: Sequence[float], deltas: Sequence[float], k_teacher: int = 3, k_pred: int = 5) -> float:
-    """Share of the teacher's top-`k_teacher` cards inside the scorer's top-`k_pred`; NaN if n ≤ k_pred."""
-    s, d = np.asarray(scores, dtype=np.float64), np.asarray(deltas, dtype=np.float64)
-    if len(s) <= k_pred:
-        return float("nan")
-    teacher = set(np.argsort(-d, kind="stable")[:k_teacher].tolist())
-    pred = set(np.argsort(-s, kind="stable")[:k_pred].tolist())
-    return len(teacher & pred) / len(teacher)
-
-
-def bootstrap_ci(values: Sequence[float], stat: Callable[[np.ndarray], float] = np.mean, n_boot: int = 1000,
-                 alpha: float = 0.05, seed: int = 0) -> tuple[float, float]:
-    """Percentile-bootstrap (1 − alpha) interval of `stat` over `values` (NaN-free)."""
-    v = np.asarray(values, dtype=np.float64)
-    if len(v) == 0:
-        return float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(v), size=(n_boot, len(v)))
-    boots = np.array([stat(v[i]) for i in idx])
-    return float(np.quantile(boots, alpha / 2)), float(np.quantile(boots, 1 - alpha / 2))
-
-
-def summarize(values: Sequence[float], seed: int = 0) -> dict[str, Any]:
-    """`{"mean", "mean_ci", "median", "median_ci", "n"}` over the non-NaN values."""
-    v = np.asarray([x for x in values if x == x], dtype=np.float64)
-    if len(v) == 0:
-        return {"mean": None, "mean_ci": [None, None], "median": None, "median_ci": [None, None], "n": 0}
-    return {"mean": float(v.mean()), "mean_ci": list(bootstrap_ci(v, np.mean, seed=seed)),
-            "median": float(np.median(v)), "median_ci": list(bootstrap_ci(v, np.median, seed=seed)),
-            "n": int(len(v))}
 
 
 def per_decision(scores: Sequence[float], deltas: Sequence[float]) -> dict[str, float]:
@@ -99,7 +48,7 @@ def fidelity(decisions: Sequence[dict[str, Any]], key: str = "scores", seed: int
         `{"spearman": summary, "ndcg@5": summary, "recall3@5": summary, "n_decisions": int}`.
     """
     per = [per_decision(d[key], d["deltas"]) for d in decisions]
-    out: dict[str, Any] = {m: summarize([p[m] for p in per], seed=seed) for m in METRICS}
+    out: dict[str, Any] = {m: summarize_values([p[m] for p in per], seed=seed) for m in METRICS}
     out["n_decisions"] = len(decisions)
     return out
 
@@ -184,13 +133,13 @@ def scorer_fidelity(scorer: Any, labels: Any, episodes: Sequence[str] | None = N
     Raises:
         ValueError: no labelled decision with ≥ 2 cards is left after the filters.
     """
-    from damc.scorer.train import group_decisions, read_labels
+    from damc.labels import group_decisions, load_labels
 
     if isinstance(scorer, (str, os.PathLike)):
         from damc.scorer import CardScorer
 
         scorer = CardScorer.from_pretrained(scorer, dtype="float32", backend="torch")
-    ds = read_labels(labels) if isinstance(labels, (str, os.PathLike)) else labels
+    ds = load_labels(labels) if isinstance(labels, (str, os.PathLike)) else labels
     decisions = group_decisions(ds)
     if episodes is not None:
         keep = set(episodes)

@@ -26,10 +26,13 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import logging
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -44,6 +47,38 @@ FORMAT_VERSION = 1
 # Padded tokens per forward pass. Measured on 2 AMX cores (50 cards of 20-183 tokens): 512-1024 is the
 # sweet spot for torch bf16 and onnx int8; one batch of all 50 pairs is 1.6-2.5x slower.
 DEFAULT_BATCH_TOKENS = 1024
+
+
+@dataclass
+class Normalization:
+    """How teacher deltas (nats) become training targets; stored in `damc_scorer.json`."""
+
+    kind: str = "zscore"   # zscore: z = clip((delta - mean) / std, ±clip); symlog: same on sign(δ)·log1p(|δ|)
+    mean: float = 0.0      # mean (transformed) delta over the train rows
+    std: float = 1.0       # standard deviation of (transformed) train deltas, floored at 1e-6
+    clip: float = 5.0      # |z| cap so one extreme label cannot dominate the pointwise term
+
+    def transform(self, deltas: Sequence[float]) -> np.ndarray:
+        d = np.asarray(deltas, dtype=np.float64)
+        if self.kind == "symlog":  # LOO deltas are heavy-tailed: a few cards move the action by 10-50 nats
+            return np.sign(d) * np.log1p(np.abs(d))
+        if self.kind != "zscore":
+            raise ValueError(f"unknown normalisation {self.kind!r}; expected 'zscore' or 'symlog'")
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Normalization":
+        """From `damc_scorer.json`'s `normalization` (missing keys take the defaults; older files lack `kind`)."""
+        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
+
+    def apply(self, deltas: Sequence[float]) -> np.ndarray:
+        z = (self.transform(deltas) - self.mean) / self.std
+        return np.clip(z, -self.clip, self.clip)
+
+    def invert(self, z: Sequence[float] | np.ndarray) -> np.ndarray:
+        """Normalised scores back to teacher deltas (nats)."""
+        y = np.asarray(z, dtype=np.float64) * self.std + self.mean
+        return np.sign(y) * np.expm1(np.abs(y)) if self.kind == "symlog" else y
 
 
 class ScorerFormatError(ValueError):
@@ -292,7 +327,7 @@ class CardScorer:
         order = np.argsort([-len(f["input_ids"]) for f in feats], kind="stable")  # longest first: little padding
         out = np.empty(len(pairs), dtype=np.float32)
         pad_id = self.tokenizer.pad_token_id or 0
-        ctx = _inference_mode() if self.session is None else _nullcontext()
+        ctx = _inference_mode() if self.session is None else contextlib.nullcontext()
         with ctx:
             for idx in self._batches([len(feats[j]["input_ids"]) for j in order], bs):
                 idx = order[idx]
@@ -348,8 +383,6 @@ class CardScorer:
 
     def to_delta(self, scores: np.ndarray) -> np.ndarray:
         """Map scores (normalised units) back to the teacher's delta scale in nats."""
-        from damc.scorer.train import Normalization
-
         return Normalization.from_dict(self.metadata["normalization"]).invert(scores)
 
     def __repr__(self) -> str:
@@ -371,11 +404,3 @@ def _inference_mode() -> Any:
     import torch
 
     return torch.inference_mode()
-
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None

@@ -30,136 +30,15 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from damc.labels import LabelFormatError, LabeledDecision, group_decisions, load_labels
+from damc.scorer.model import Normalization
+
 logger = logging.getLogger(__name__)
-
-# The DESIGN.md label contract; training needs all of them (extras are allowed).
-REQUIRED_COLUMNS = ("decision_id", "episode_id", "card_id", "decision_text", "card_text", "logp_full",
-                    "logp_without", "delta", "estimator", "teacher", "n_action_tokens")
-
-
-class LabelsFormatError(ValueError):
-    """A label dataset that cannot be trained on (missing columns, no usable decisions)."""
-
-
-@dataclass
-class Normalization:
-    """How teacher deltas (nats) become training targets; stored in `damc_scorer.json`."""
-
-    kind: str = "zscore"   # zscore: z = clip((delta - mean) / std, ±clip); symlog: same on sign(δ)·log1p(|δ|)
-    mean: float = 0.0      # mean (transformed) delta over the train rows
-    std: float = 1.0       # standard deviation of (transformed) train deltas, floored at 1e-6
-    clip: float = 5.0      # |z| cap so one extreme label cannot dominate the pointwise term
-
-    def transform(self, deltas: Sequence[float]) -> np.ndarray:
-        d = np.asarray(deltas, dtype=np.float64)
-        if self.kind == "symlog":  # LOO deltas are heavy-tailed: a few cards move the action by 10-50 nats
-            return np.sign(d) * np.log1p(np.abs(d))
-        if self.kind != "zscore":
-            raise ValueError(f"unknown normalisation {self.kind!r}; expected 'zscore' or 'symlog'")
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Normalization":
-        """From `damc_scorer.json`'s `normalization` (missing keys take the defaults; older files lack `kind`)."""
-        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
-
-    def apply(self, deltas: Sequence[float]) -> np.ndarray:
-        z = (self.transform(deltas) - self.mean) / self.std
-        return np.clip(z, -self.clip, self.clip)
-
-    def invert(self, z: Sequence[float] | np.ndarray) -> np.ndarray:
-        """Normalised scores back to teacher deltas (nats)."""
-        y = np.asarray(z, dtype=np.float64) * self.std + self.mean
-        return np.sign(y) * np.expm1(np.abs(y)) if self.kind == "symlog" else y
-
-
-@dataclass
-class Decision:
-    """One labelled decision: the query, its candidate cards and their teacher deltas."""
-
-    decision_id: str
-    episode_id: str
-    query: str              # decision_text
-    docs: list[str]         # card_text per card
-    card_ids: list[str]
-    deltas: list[float]     # teacher delta per card (nats)
-    positions: list[int]    # card position in the episode (recency baseline)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"query": self.query, "docs": self.docs, "deltas": self.deltas, "positions": self.positions}
-
 
 # ----------------------------------------------------------------------------- data
 
-def read_labels(path: str | os.PathLike) -> Any:
-    """A label dataset as a `datasets.Dataset`, checked against the label contract.
-
-    Uses the teacher's `damc.teacher.labels.load_labels` when present; otherwise reads a `save_to_disk`
-    directory, parquet/JSONL files or a directory of shards.
-
-    Raises:
-        FileNotFoundError: nothing at `path`.
-        LabelsFormatError: required columns are missing (named in the message).
-    """
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"label dataset {path} does not exist (write one with scripts/label.py)")
-    try:
-        from damc.teacher.labels import load_labels  # the teacher's reader (shards, resumable layout)
-    except ImportError:
-        load_labels = None
-    ds = None
-    if load_labels is not None:
-        try:
-            ds = load_labels(path)
-        except Exception as e:  # noqa: BLE001 - fall back to plain formats, but keep column errors loud
-            if "column" in str(e).lower():
-                raise LabelsFormatError(str(e)) from e
-            logger.debug("load_labels(%s) failed (%s); reading plain files", path, e)
-    if ds is None:
-        ds = _read_plain(path)
-    missing = [c for c in REQUIRED_COLUMNS if c not in ds.column_names]
-    if missing:
-        raise LabelsFormatError(f"label dataset {path} is missing column(s) {', '.join(missing)}; "
-                                f"has {', '.join(ds.column_names)}. Expected the label contract: "
-                                f"{', '.join(REQUIRED_COLUMNS)}")
-    return ds
-
-
-def _read_plain(path: Path) -> Any:
-    import datasets
-
-    if path.is_dir() and ((path / "dataset_info.json").exists() or (path / "state.json").exists()):
-        return datasets.load_from_disk(str(path))
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.suffix in (".parquet", ".jsonl"))
-    if not files:
-        raise LabelsFormatError(f"{path} holds no label data (no dataset, .parquet or .jsonl files)")
-    if all(f.suffix == ".parquet" for f in files):
-        return datasets.Dataset.from_parquet([str(f) for f in files])
-    return datasets.Dataset.from_json([str(f) for f in files])
-
-
-def group_decisions(ds: Any, min_cards: int = 2) -> list[Decision]:
-    """Group label rows into decisions (cards in episode order); drop decisions with < `min_cards` cards."""
-    cols = ["decision_id", "episode_id", "card_id", "decision_text", "card_text", "delta"]
-    has_pos = "card_position" in ds.column_names
-    df = ds.select_columns(cols + (["card_position"] if has_pos else [])).to_pandas()
-    df = df.drop_duplicates(["decision_id", "card_id"])
-    if not has_pos:
-        df["card_position"] = df.groupby("decision_id").cumcount()
-    out = []
-    for did, g in df.groupby("decision_id", sort=True):
-        if len(g) < min_cards:
-            continue
-        g = g.sort_values("card_position", kind="stable")
-        out.append(Decision(str(did), str(g["episode_id"].iloc[0]), str(g["decision_text"].iloc[0]),
-                            g["card_text"].astype(str).tolist(), g["card_id"].astype(str).tolist(),
-                            g["delta"].astype(float).tolist(), g["card_position"].astype(int).tolist()))
-    return out
-
-
-def split_by_episode(decisions: Sequence[Decision], dev_fraction: float, seed: int
-                     ) -> tuple[list[Decision], list[Decision]]:
+def split_by_episode(decisions: Sequence[LabeledDecision], dev_fraction: float, seed: int
+                     ) -> tuple[list[LabeledDecision], list[LabeledDecision]]:
     """Seeded episode-level split: every decision of an episode lands on the same side."""
     episodes = sorted({d.episode_id for d in decisions})
     random.Random(seed).shuffle(episodes)
@@ -168,7 +47,7 @@ def split_by_episode(decisions: Sequence[Decision], dev_fraction: float, seed: i
     return [d for d in decisions if d.episode_id not in dev_eps], [d for d in decisions if d.episode_id in dev_eps]
 
 
-def fit_normalization(decisions: Sequence[Decision], clip: float, kind: str = "zscore") -> Normalization:
+def fit_normalization(decisions: Sequence[LabeledDecision], clip: float, kind: str = "zscore") -> Normalization:
     """Train-split statistics of the (transformed) deltas."""
     x = Normalization(kind).transform([x for d in decisions for x in d.deltas])
     return Normalization(kind, float(x.mean()), float(max(x.std(), 1e-6)), float(clip))
@@ -199,7 +78,7 @@ def prune_layers(cross_encoder: Any, num_layers: int | None) -> list[int] | None
     return keep
 
 
-def to_dataset(decisions: Sequence[Decision], norm: Normalization, max_cards: int | None, seed: int) -> Any:
+def to_dataset(decisions: Sequence[LabeledDecision], norm: Normalization, max_cards: int | None, seed: int) -> Any:
     """HF dataset with columns `query`, `docs`, `labels` (normalised deltas) for the listwise loss."""
     import datasets
 
@@ -253,7 +132,7 @@ def _last_checkpoint(ckpt_dir: Path) -> str | None:
     return get_last_checkpoint(str(ckpt_dir))
 
 
-def score_decisions(model: Any, tokenizer: Any, decisions: Sequence[Decision], max_length: int,
+def score_decisions(model: Any, tokenizer: Any, decisions: Sequence[LabeledDecision], max_length: int,
                     batch_size: int = 64) -> list[np.ndarray]:
     """Scores of the trained model for each decision's cards (same code path as `CardScorer`)."""
     from damc.scorer.model import CardScorer
@@ -299,12 +178,12 @@ def main(cfg: Any) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
     data, tr, lcfg = cfg.data, cfg.trainer, cfg.trainer.loss
 
-    ds = read_labels(data.labels)
+    ds = load_labels(data.labels)
     decisions = group_decisions(ds, min_cards=int(data.min_cards))
     if data.get("max_decisions"):
         decisions = decisions[: int(data.max_decisions)]
     if len({d.episode_id for d in decisions}) < 2:
-        raise LabelsFormatError(f"{data.labels}: need decisions from at least 2 episodes to split train/dev, "
+        raise LabelFormatError(f"{data.labels}: need decisions from at least 2 episodes to split train/dev, "
                                 f"found {len(decisions)} decision(s) with ≥ {data.min_cards} cards")
     train_dec, dev_dec = split_by_episode(decisions, float(data.dev_fraction), int(data.split_seed))
     frac = data.get("train_fraction")
@@ -415,3 +294,9 @@ def _log_wandb(flat: dict[str, float], out_dir: Path) -> None:
     run.log(flat)
     run.summary.update(flat)
     wandb.finish()
+
+
+if __name__ == "__main__":  # python -m damc.scorer.train KEY=VALUE ...  (configs: damc/configs/train.yaml)
+    from damc.cli import run
+
+    run("train", main)

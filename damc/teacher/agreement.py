@@ -27,11 +27,11 @@ def paired_decisions(a: str | os.PathLike, b: str | os.PathLike) -> list[dict[st
     Raises:
         ValueError: the two sets share no decision with two or more common cards.
     """
-    from damc.scorer.train import group_decisions, read_labels
+    from damc.labels import group_decisions, load_labels
 
-    da = {d.decision_id: d for d in group_decisions(read_labels(a))}
+    da = {d.decision_id: d for d in group_decisions(load_labels(a))}
     out = []
-    for d in group_decisions(read_labels(b)):
+    for d in group_decisions(load_labels(b)):
         other = da.get(d.decision_id)
         if other is None:
             continue
@@ -51,9 +51,10 @@ def label_agreement(a: str | os.PathLike, b: str | os.PathLike, seed: int = 0) -
 
     Returns:
         `{"n_decisions", "spearman", "ndcg@5", "top1"}`, each metric summarised (mean/median with
-        bootstrap CIs) as in `damc.scorer.metrics.summarize`; `top1` = both put the same card first.
+        bootstrap CIs) as in `damc.eval.stats.summarize_values`; `top1` = both put the same card first.
     """
-    from damc.scorer.metrics import ndcg_at_k, spearman, summarize
+    from damc.eval.metrics import ndcg_at_k, spearman
+    from damc.eval.stats import summarize_values as summarize
 
     pairs = paired_decisions(a, b)
     rho = [spearman(p["b"], p["a"]) for p in pairs]

@@ -44,8 +44,7 @@ def merge_labels(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike
         FileExistsError: `out_dir` already holds labels and `overwrite` is false.
     """
     from damc.data.episodes import atomic_write_text
-    from damc.scorer.train import read_labels
-    from damc.teacher.label import _write_shard
+    from damc.labels import load_labels, write_shard
 
     if len(inputs) < 2:
         raise ValueError(f"an ensemble needs at least two label sets, got {len(inputs)}")
@@ -61,7 +60,7 @@ def merge_labels(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike
     tables: list[dict[tuple[str, str], dict[str, Any]]] = []
     for p in inputs:
         rows: dict[tuple[str, str], dict[str, Any]] = {}
-        for r in read_labels(p).to_list():
+        for r in load_labels(p).to_list():
             key = (r["decision_id"], r["card_id"])
             if key in rows:
                 raise ValueError(f"{p}: card {key[1]!r} of decision {key[0]!r} is labelled twice")
@@ -97,7 +96,7 @@ def merge_labels(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike
         merged.append(row)
 
     shard_dir.mkdir(parents=True, exist_ok=True)
-    new = _write_shard(shard_dir, "part-00000.parquet", merged)  # atomic: replaces an old part-00000 in one step
+    new = write_shard(shard_dir, "part-00000.parquet", merged)  # atomic: replaces an old part-00000 in one step
     for old in shard_dir.glob("*.parquet"):
         if old != new:
             old.unlink()  # other shards of the label set being overwritten

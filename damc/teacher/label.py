@@ -2,7 +2,7 @@
 
 For each decision point (in file order; the first `max_decisions`), the candidate cards are valued by the
 configured estimator under the configured teacher, and one row per card is written (DESIGN.md label
-rows, see `damc.teacher.labels`). Decisions without candidate cards are skipped and counted.
+rows, see `damc.labels`). Decisions without candidate cards are skipped and counted.
 
 Output layout (`out_dir`):
     shards/part-AAAAAA-BBBBBB.parquet   rows of a batch of decisions (global ordinals AAAAAA..BBBBBB),
@@ -16,7 +16,7 @@ with the same command finishes without duplicate or lost rows (a crash loses at 
 
 Sharding: under `accelerate launch --num_processes N` each process (accelerate `PartialState`) takes
 every Nth decision (`shard_decisions`) and writes its own shards; on GPUs each process uses its own
-device. Load the result with `damc.teacher.labels.load_labels(out_dir)`.
+device. Load the result with `damc.labels.load_labels(out_dir)`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import json
 import logging
 import random
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Sequence, TypeVar
@@ -33,6 +32,7 @@ from typing import Any, Sequence, TypeVar
 import numpy as np
 
 from damc.data.episodes import DecisionPoint, atomic_write_text, decision_points, load_episodes
+from damc.labels import labelled_decision_ids, write_shard
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -71,37 +71,6 @@ def shard_decisions(items: Sequence[T], rank: int, world_size: int) -> list[tupl
     return [(i, items[i]) for i in range(rank, len(items), world_size)]
 
 
-def _done_decisions(shard_dir: Path) -> set[str]:
-    import pyarrow.parquet as pq
-
-    done: set[str] = set()
-    for f in sorted(shard_dir.glob("part-*.parquet")):
-        done.update(pq.read_table(f, columns=["decision_id"]).column(0).to_pylist())
-    return done
-
-
-def _write_shard(shard_dir: Path, name: str, rows: list[dict[str, Any]]) -> Path:
-    """Write rows as one parquet shard, atomically (temp file in the same dir, then rename)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from damc.teacher.labels import label_schema
-
-    table = pa.Table.from_pylist(rows, schema=label_schema())
-    fd, tmp = tempfile.mkstemp(dir=shard_dir, prefix=f".{name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        pq.write_table(table, tmp)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        final = shard_dir / name
-        os.replace(tmp, final)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return final
-
-
 def _fingerprint(cfg: Any) -> dict[str, Any]:
     """The settings labels depend on (not batch sizes, devices, timeouts or max_decisions)."""
     from omegaconf import OmegaConf
@@ -137,13 +106,14 @@ def _rows(dp: DecisionPoint, cards: list, res: Any, est_name: str, teacher_id: s
 
 def main(cfg: Any) -> dict[str, Any]:
     """Label the decisions of `cfg.data.path` into `cfg.out_dir` (see module docstring); returns the summary."""
+    logging.getLogger("damc").setLevel(str(cfg.get("log_level") or "INFO"))
     import hydra
     from accelerate import PartialState
     from omegaconf import OmegaConf
     from tqdm import tqdm
 
     from damc.teacher.context import ContextTooLongError, candidate_cards
-    from damc.teacher.labels import load_labels
+    from damc.labels import load_labels
 
     t0 = time.perf_counter()
     state = PartialState()
@@ -169,7 +139,7 @@ def main(cfg: Any) -> dict[str, Any]:
 
     decisions = plan_decisions(cfg.data.path, cfg.data.tool_calls_only, cfg.max_decisions,
                                cfg.get("per_episode"), cfg.get("sample_seed", 0))
-    done = _done_decisions(shard_dir)
+    done = labelled_decision_ids(shard_dir)
     mine = [(i, dp) for i, dp in shard_decisions(decisions, rank, world) if dp.decision_id not in done]
     logger.info("rank %d/%d: %d decisions to label (%d already done)", rank, world, len(mine), len(done))
 
@@ -213,7 +183,7 @@ def main(cfg: Any) -> dict[str, Any]:
         last_in_batch = (n + 1) % cfg.shard_size == 0 or n == len(mine) - 1
         if last_in_batch:
             if batch:
-                _write_shard(shard_dir, f"part-{first:06d}-{ordinal:06d}.parquet", batch)
+                write_shard(shard_dir, f"part-{first:06d}-{ordinal:06d}.parquet", batch)
                 stats["shards"] += 1
                 stats["rows"] += len(batch)
             batch, first = [], None
@@ -242,3 +212,9 @@ def main(cfg: Any) -> dict[str, Any]:
         print("label summary: " + ", ".join(f"{k}={v}" for k, v in summary.items()
                                             if k not in ("out_dir",)))
     return summary
+
+
+if __name__ == "__main__":  # python -m damc.teacher.label KEY=VALUE ...  (configs: damc/configs/label.yaml)
+    from damc.cli import run
+
+    run("label", main)

@@ -36,15 +36,15 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from damc.assemble import assemble, prompt_tokens, split_conversation
+from damc.runtime.assemble import assemble, prompt_tokens, split_conversation
 from damc.cards import Card, card_id as make_card_id, critical_atoms, encode_messages, token_counter
-from damc.compress import Compressor, TemplateCompressor, required_atoms, template_compress
+from damc.runtime.compress import Compressor, TemplateCompressor, required_atoms, template_compress
 from damc.data.episodes import EpisodeFormatError
-from damc.index import CardIndex, IndexConfig
+from damc.runtime.index import CardIndex, IndexConfig
 from damc.query import render_decision_query
-from damc.select import Selector, TopK, default_budget
-from damc.store import CardStore, StoreConfig, StoredCard
-from damc.value import CachedValuer, HeuristicValuer, HybridValuer, ScorerValuer, Valuer, is_pinned
+from damc.runtime.select import Selector, TopK, default_budget
+from damc.runtime.store import CardStore, StoreConfig, StoredCard
+from damc.runtime.valuers import CachedValuer, HeuristicValuer, HybridValuer, ScorerValuer, Valuer, is_pinned
 
 logger = logging.getLogger(__name__)
 
@@ -495,7 +495,7 @@ class DecisionAwareMemory:
 
     def explain(self, context: Context, print_: bool = False) -> "Explanation":
         """Which cards were kept or dropped, with scores, tokens saved and why (`str()` it to read)."""
-        from damc.explain import Explanation
+        from damc.runtime.explain import Explanation
 
         exp = Explanation.from_context(context)
         if print_:

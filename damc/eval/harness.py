@@ -40,8 +40,9 @@ import numpy as np
 
 from damc.cards import Card, cards_before, encode_episode, token_counter
 from damc.data.episodes import DecisionPoint, Episode, decision_points, load_episodes, make_distractors
-from damc.metrics import exact_match, multiple_choice, paired_bootstrap, summarize
-from damc.policies import Policy, PolicyContext, make_policy
+from damc.eval.metrics import exact_match, multiple_choice, summarize_records as summarize
+from damc.eval.stats import paired_bootstrap
+from damc.eval.policies import Policy, PolicyContext, make_policy
 from damc.prompting import action_text, format_prompt
 
 logger = logging.getLogger(__name__)
@@ -240,7 +241,7 @@ def build_policies(cfg: Any) -> dict[str, Policy]:
     policy in `policy:` and adds options, e.g. `damc_student_k4: {policy: damc_student, top_k: 4}`; results
     are keyed by the variant's name.
     """
-    from damc.policies import POLICIES, CardPolicy
+    from damc.eval.policies import POLICIES, CardPolicy
 
     opts = cfg.get("policy_options") or {}
     out = {}
@@ -402,6 +403,12 @@ def plot_pareto(results: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def print_summary(cfg: Any, results: dict[str, Any]) -> None:
+    """The results table and where the files are (after `scripts/evaluate.py`)."""
+    print(results_table(results))
+    print(f"results: {cfg.out_dir}/results.json  table: {cfg.out_dir}/results.md  plot: {cfg.out_dir}/pareto.png")
+
+
 def write_results(out_dir: Path, results: dict[str, Any]) -> None:
     """results.json, results.md and pareto.png into `out_dir`."""
     from damc.data.episodes import atomic_write_text
@@ -413,3 +420,9 @@ def write_results(out_dir: Path, results: dict[str, Any]) -> None:
             f"({cfg.get('hardware', {}).get('cuda') or 'no GPU'})\n\n")
     atomic_write_text(out_dir / "results.md", head + results_table(results))
     plot_pareto(results, out_dir / "pareto.png")
+
+
+if __name__ == "__main__":  # python -m damc.eval.harness KEY=VALUE ...  (configs: damc/configs/evaluate.yaml)
+    from damc.cli import run
+
+    run("evaluate", main, print_summary)

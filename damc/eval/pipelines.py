@@ -28,12 +28,11 @@ STAGES = ("data", "label", "train", "export", "evaluate")
 
 def compose_stage(config_name: str, overrides: list[str]) -> Any:
     """A module's real Hydra config (configs/`config_name`.yaml) with overrides, outside `@hydra.main`."""
-    from hydra import compose, initialize_config_dir
+    from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
-    cfg_dir = str(Path(__file__).resolve().parents[1] / "configs")
-    with initialize_config_dir(config_dir=cfg_dir, version_base="1.3"):
+    with initialize_config_module(config_module="damc.configs", version_base="1.3"):
         return compose(config_name, overrides=overrides)
 
 
@@ -107,7 +106,7 @@ def _stage_main(stage: str) -> tuple[str, Callable[[Any], dict[str, Any]]]:
     if stage == "export":
         from damc.scorer.export import main
         return "export", main
-    from damc.evaluate import main
+    from damc.eval.harness import main
     return "evaluate", main
 
 
@@ -144,7 +143,7 @@ def run_pipeline(cfg: Any) -> dict[str, Any]:
 
 def main(cfg: Any) -> dict[str, Any]:
     """`make demo`: run the pipeline, print the results table and where the files are."""
-    from damc.evaluate import results_table
+    from damc.eval.harness import results_table
 
     t0 = time.perf_counter()
     out = run_pipeline(cfg)
@@ -160,11 +159,11 @@ def reproduce(profiles: list[str], overrides: list[str] | None = None) -> dict[s
     """`make reproduce`: the demo pipeline once per study profile (`configs/experiment/<profile>.yaml`).
 
     Returns `{profile: {"results", "timings_s", "paths"}}`, prints each results table and writes
-    `<out_dir>/report.md`: the README's policy × budget table and the study's targets, checked (`damc.report`).
+    `<out_dir>/report.md`: the README's policy × budget table and the study's targets, checked (`damc.eval.report`).
     """
     from damc.data.episodes import atomic_write_text
-    from damc.evaluate import results_table
-    from damc.report import report
+    from damc.eval.harness import results_table
+    from damc.eval.report import report
 
     out: dict[str, Any] = {}
     for prof in profiles:
@@ -178,3 +177,9 @@ def reproduce(profiles: list[str], overrides: list[str] | None = None) -> dict[s
             atomic_write_text(Path(cfg.out_dir) / "report.md", text)
             print(text + f"\nreport: {Path(cfg.out_dir) / 'report.md'}", flush=True)
     return out
+
+
+if __name__ == "__main__":  # python -m damc.eval.pipelines KEY=VALUE ...  (configs: damc/configs/demo.yaml)
+    from damc.cli import run
+
+    run("demo", main)

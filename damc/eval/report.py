@@ -1,6 +1,6 @@
 """The README's results view of an A/B run: a policy × budget table and the issue's targets, checked.
 
-`results.json` (written by `damc.evaluate`) holds one entry per `policy@budget`; this module renders the
+`results.json` (written by `damc.eval.harness`) holds one entry per `policy@budget`; this module renders the
 compact table the README shows (accuracy, paired Δ vs `window` with its 95 % interval, median prompt
 tokens) and checks the study's targets for one policy (by default `damc_student`) budget by budget:
 

@@ -53,7 +53,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from damc.cards import Card
-from damc.compress import TemplateCompressor
+from damc.runtime.compress import TemplateCompressor
 from damc.data.episodes import DecisionPoint, call_arguments, iter_scalars
 from damc.prompting import build_decision_messages, card_to_messages, message_to_chat
 from damc.query import render_card, render_decision_query
@@ -267,7 +267,7 @@ class CardPolicy(Policy):
     """A policy that values each candidate card, packs the best under the budget and renders them.
 
     Subclasses implement `score`. With `compress`, kept cards become "Relevant history" lines through the
-    runtime's templates (`damc.compress.template_compress`), each tagged `[card_id]`; otherwise they go in
+    runtime's templates (`damc.runtime.compress.template_compress`), each tagged `[card_id]`; otherwise they go in
     as chat messages in chronological order. `top_k` / `min_score` (set through `make_policy`) restrict the
     cards the packing may use, so a capped policy can stay below its budget.
     """
@@ -398,7 +398,7 @@ class BM25Policy(CardPolicy):
 
 
 class LLMJudgePolicy(CardPolicy):
-    """Cards by the runtime's LLM judge (`damc.value.LLMJudgeValuer`: the article's 0–10 rating prompt).
+    """Cards by the runtime's LLM judge (`damc.runtime.valuers.LLMJudgeValuer`: the article's 0–10 rating prompt).
 
     Only the `max_cards` newest cards are judged (one LLM pass each); older ones rank below them. When
     the judge model is the decision LLM's, its loaded weights are shared.
@@ -413,7 +413,7 @@ class LLMJudgePolicy(CardPolicy):
 
     def valuer(self, ctx: PolicyContext) -> Any:
         if self._valuer is None:
-            from damc.value import LLMJudgeValuer
+            from damc.runtime.valuers import LLMJudgeValuer
 
             llm = ctx.llm
             same = llm is not None and getattr(llm, "model_id", None) == self.model and hasattr(llm, "model")
@@ -451,7 +451,7 @@ class GenerativeAgentsPolicy(CardPolicy):
 
     @functools.cached_property
     def importance(self) -> Any:
-        from damc.value import HeuristicValuer
+        from damc.runtime.valuers import HeuristicValuer
 
         return HeuristicValuer()
 
@@ -508,8 +508,8 @@ class DAMCKNNPolicy(CardPolicy):
 
     @functools.cached_property
     def knn(self) -> Any:
-        from damc.teacher.aggregate import KNNValue
-        from damc.teacher.labels import load_labels
+        from damc.runtime.knn import KNNValue
+        from damc.labels import load_labels
 
         return KNNValue(**self.knn_kwargs).fit(load_labels(self.labels))
 

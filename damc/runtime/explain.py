@@ -107,7 +107,7 @@ def explain_episode(path: str, index: int | None = None, episode_id: str | None 
         memory_kwargs: extra `DecisionAwareMemory` arguments (e.g. `scorer=...`).
     """
     from damc.data.episodes import decision_points, load_episodes
-    from damc.memory import DecisionAwareMemory
+    from damc.runtime.memory import DecisionAwareMemory
 
     eps = load_episodes(path)
     ep = next((e for e in eps if e.episode_id == episode_id), None) if episode_id else eps[0]
@@ -132,7 +132,7 @@ def explain_store(path: str, session_id: str | None = None) -> Explanation:
     """The last context a memory at `path` built for a session (the most recent session when None)."""
     from pathlib import Path
 
-    from damc.store import CardStore
+    from damc.runtime.store import CardStore
 
     p = Path(path)
     db = p if p.suffix in (".db", ".sqlite", ".sqlite3") else p / "cards.db"

@@ -7,15 +7,19 @@ Per decision:
 * **gold log-prob** — total and per token, under the decision LLM;
 * **exact match** (optional) — a greedy generation names the same tools with the same arguments.
 
-Over decisions: means and medians with 95 % percentile-bootstrap intervals, and a *paired* bootstrap
-of the accuracy difference between two policies on the same decisions.
+Per decision and card ranking (teacher fidelity, key-card hits): **spearman**, **ndcg@k**, **recall_at**
+(teacher top-3 in a ranking's top-5) and **hit_at_k** (a key card among the k best).
+
+Over decisions (`summarize_records`): means and medians with 95 % bootstrap intervals from
+`damc.eval.stats` — accuracy resamples *episodes* (a cluster bootstrap), since decisions of one episode
+are not independent.
 
 Example:
     >>> mc = multiple_choice([np.array([-0.1, -0.2]), np.array([-2.0]), np.array([-1.0, -0.5])])
     >>> mc.correct, round(mc.gold_logprob, 2)
     (True, -0.3)
-    >>> bootstrap_ci([1, 0, 1, 1], np.mean, n_boot=200)
-    (0.25, 1.0)
+    >>> spearman([0.4, 0.1, 0.0, 1.0], [0.5, 0.0, -0.1, 2.0])
+    1.0
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from damc.data.episodes import call_arguments
+from damc.eval.stats import bootstrap_ci
 
 
 @dataclass
@@ -133,60 +138,62 @@ def _norm(args: dict[str, Any]) -> str:
     return json.dumps(args, sort_keys=True, default=str)
 
 
-# ----------------------------------------------------------------------------- bootstrap
+# ----------------------------------------------------------------------------- ranking (teacher fidelity)
 
-def bootstrap_ci(values: Sequence[float], stat: Callable[[np.ndarray], float] = np.mean, *, n_boot: int = 1000,
-                 alpha: float = 0.05, seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap interval of `stat` over `values` (NaN, NaN when empty)."""
-    x = np.asarray(values, dtype=float)
-    if x.size == 0:
-        return (float("nan"), float("nan"))
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, x.size, size=(n_boot, x.size))  # (n_boot, n)
-    if stat is np.mean:
-        stats = x[idx].mean(axis=1)
-    elif stat is np.median:
-        stats = np.median(x[idx], axis=1)
-    else:
-        stats = np.array([stat(x[i]) for i in idx])
-    lo, hi = np.quantile(stats, [alpha / 2, 1 - alpha / 2])
-    return (float(lo), float(hi))
+def spearman(scores: Sequence[float], deltas: Sequence[float]) -> float:
+    """Spearman correlation (average ranks for ties, `scipy.stats.spearmanr`); NaN when either side is constant."""
+    from scipy.stats import spearmanr
+
+    a, b = np.asarray(scores, dtype=np.float64), np.asarray(deltas, dtype=np.float64)
+    if len(a) < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return float("nan")
+    return float(spearmanr(a, b).statistic)
 
 
-def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, n_boot: int = 1000, alpha: float = 0.05,
-                     seed: int = 0) -> dict[str, Any]:
-    """Mean difference `a − b` over paired observations with a percentile-bootstrap interval.
-
-    Returns:
-        {"delta", "ci": [lo, hi], "n", "p_le_0"} — `p_le_0` is the bootstrap share of resamples with
-        delta ≤ 0 (a one-sided check that `a` beats `b`).
-    """
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if a.shape != b.shape:
-        raise ValueError(f"paired samples differ in length: {a.shape} vs {b.shape}")
-    if a.size == 0:
-        return {"delta": float("nan"), "ci": [float("nan"), float("nan")], "n": 0, "p_le_0": float("nan")}
-    d = a - b
-    rng = np.random.default_rng(seed)
-    boots = d[rng.integers(0, d.size, size=(n_boot, d.size))].mean(axis=1)  # (n_boot,)
-    lo, hi = np.quantile(boots, [alpha / 2, 1 - alpha / 2])
-    return {"delta": float(d.mean()), "ci": [float(lo), float(hi)], "n": int(d.size),
-            "p_le_0": float(np.mean(boots <= 0))}
+def ndcg_at_k(scores: Sequence[float], deltas: Sequence[float], k: int = 5) -> float:
+    """NDCG@k of the score order with gains max(delta, 0); NaN when no card has a positive delta."""
+    s, g = np.asarray(scores, dtype=np.float64), np.clip(np.asarray(deltas, dtype=np.float64), 0, None)
+    if g.sum() <= 0:
+        return float("nan")
+    disc = 1.0 / np.log2(np.arange(2, k + 2))
+    top = np.argsort(-s, kind="stable")[:k]
+    ideal = np.sort(g)[::-1][:k]
+    return float((g[top] * disc[:len(top)]).sum() / (ideal * disc[:len(ideal)]).sum())
 
 
-def summarize(records: Sequence[dict[str, Any]], *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+def recall_at(scores: Sequence[float], deltas: Sequence[float], k_teacher: int = 3, k_pred: int = 5) -> float:
+    """Share of the teacher's top-`k_teacher` cards inside the scorer's top-`k_pred`; NaN if n ≤ k_pred."""
+    s, d = np.asarray(scores, dtype=np.float64), np.asarray(deltas, dtype=np.float64)
+    if len(s) <= k_pred:
+        return float("nan")
+    teacher = set(np.argsort(-d, kind="stable")[:k_teacher].tolist())
+    pred = set(np.argsort(-s, kind="stable")[:k_pred].tolist())
+    return len(teacher & pred) / len(teacher)
+
+
+def hit_at_k(scores: Sequence[float], is_key: Sequence[bool], k: int) -> float:
+    """1.0 when a key card is among the `k` best-scored cards (ties: the earlier card), NaN without key cards."""
+    keys = np.asarray(is_key, dtype=bool)
+    if not keys.any():
+        return float("nan")
+    top = np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")[:k]
+    return float(keys[top].any())
+
+
+def summarize_records(records: Sequence[dict[str, Any]], *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
     """Aggregate per-decision records of one policy@budget into the results.json entry.
 
     Failed records count in `n_failed` only; every other figure is over the successful decisions.
     """
     ok = [r for r in records if not r.get("failed")]
     acc = [float(r["correct"]) for r in ok]
+    eps = [r["episode_id"] for r in ok]
     glp = [r["gold_logprob"] for r in ok]
     glpt = [r["gold_logprob_per_token"] for r in ok]
     tok = [r["prompt_tokens"] for r in ok]
     out: dict[str, Any] = {
         "accuracy": float(np.mean(acc)) if acc else float("nan"),
-        "accuracy_ci": list(bootstrap_ci(acc, np.mean, n_boot=n_boot, seed=seed)),
+        "accuracy_ci": list(bootstrap_ci(acc, np.mean, clusters=eps, n_boot=n_boot, seed=seed)),
         "gold_logprob": float(np.median(glp)) if glp else float("nan"),
         "gold_logprob_ci": list(bootstrap_ci(glp, np.median, n_boot=n_boot, seed=seed)),
         "gold_logprob_per_token": float(np.median(glpt)) if glpt else float("nan"),

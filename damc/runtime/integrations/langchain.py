@@ -33,7 +33,7 @@ def rewrite_messages(memory: Any, messages: Any, tools: Sequence[Any] | None = N
     from langchain_core.messages import SystemMessage, convert_to_messages, convert_to_openai_messages
     from langchain_core.prompt_values import PromptValue
 
-    from damc.assemble import split_conversation
+    from damc.runtime.assemble import split_conversation
 
     if isinstance(messages, PromptValue):
         messages = messages.to_messages()

@@ -37,7 +37,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from damc.store import CardStore
+from damc.runtime.store import CardStore
 
 logger = logging.getLogger(__name__)
 

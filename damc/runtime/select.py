@@ -28,7 +28,7 @@ from typing import Sequence
 import numpy as np
 
 from damc.cards import Card
-from damc.store import parse_time
+from damc.runtime.store import parse_time
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ values in [0, 1] so selectors can mix and threshold them:
   requirements, and identifiers shared with the query. No model.
 * `ScorerValuer` — the distilled student (`damc.scorer.CardScorer`), squashed with a sigmoid.
 * `KNNValuer` — the teacher's non-parametric aggregation over similar past decisions
-  (`damc.teacher.aggregate.KNNValue`).
+  (`damc.runtime.knn.KNNValue`).
 * `LLMJudgeValuer` — the seed article's prompt ("how important is this fragment ... rate 0 to 10")
   with any chat model; the expected rating under the model's next-token distribution over "0".."10"
   (deterministic, one forward pass per card), or a parsed completion from any text-only chat API.
@@ -211,7 +211,7 @@ class KNNValuer(Valuer):
     """The teacher's non-parametric value (`KNNValue.value(decision_text, cards)`), squashed to [0, 1].
 
     Args:
-        knn: a fitted `damc.teacher.aggregate.KNNValue` (or anything with that `value` method).
+        knn: a fitted `damc.runtime.knn.KNNValue` (or anything with that `value` method).
         temperature: sigmoid temperature (the aggregated deltas are in nats).
     """
 

@@ -1,0 +1,1 @@
+"""Hydra configs shipped inside the package (`pkg://damc.configs`); the checkout's `configs/` links here."""

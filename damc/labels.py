@@ -1,0 +1,199 @@
+"""The label schema: one module for the teacher's counterfactual labels — columns, writer, reader.
+
+The teacher (`scripts/label.py`) writes `OUT_DIR/shards/part-*.parquet` (one file per batch of decisions,
+written atomically by `write_shard`). `load_labels(OUT_DIR)` concatenates them into one in-memory
+`datasets.Dataset` (no HF cache involved); `datasets.load_dataset("parquet", data_files="OUT_DIR/shards/*.parquet")`
+reads the same files. A directory made by `Dataset.save_to_disk`, a single parquet file, or JSONL / parquet
+files anywhere under a directory load too. `group_decisions` turns rows into `LabeledDecision`s (one query,
+its candidate cards and their deltas) — the unit the scorer trains on and the agreement / fidelity tools compare.
+
+Teacher, scorer training, the label ensemble and label agreement all read and write through this module,
+so there is one schema and one error type (`LabelFormatError`).
+
+Columns (DESIGN.md "Label row" plus extras): `LABEL_COLUMNS` (required) and `EXTRA_COLUMNS` (optional).
+
+Example:
+    >>> ds = load_labels("labels/")
+    >>> decisions = group_decisions(ds)
+    >>> decisions[0].query, decisions[0].deltas[:3]
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+LABEL_COLUMNS = ("decision_id", "episode_id", "card_id", "decision_text", "card_text", "logp_full",
+                 "logp_without", "delta", "estimator", "teacher", "n_action_tokens")
+EXTRA_COLUMNS = ("decision_index", "card_position", "card_kind", "is_key", "render_version")
+
+
+class LabelFormatError(ValueError):
+    """A label file or dataset that cannot be used (missing columns, no label data, too few decisions)."""
+
+
+def label_schema() -> Any:
+    """The pyarrow schema of label rows (fixed, so empty and partial shards concatenate)."""
+    import pyarrow as pa
+
+    s, f, i, b = pa.string(), pa.float64(), pa.int64(), pa.bool_()
+    types = {"decision_id": s, "episode_id": s, "card_id": s, "decision_text": s, "card_text": s,
+             "logp_full": f, "logp_without": f, "delta": f, "estimator": s, "teacher": s, "n_action_tokens": i,
+             "decision_index": i, "card_position": i, "card_kind": s, "is_key": b, "render_version": s}
+    return pa.schema([(c, types[c]) for c in LABEL_COLUMNS + EXTRA_COLUMNS])
+
+
+def validate_columns(columns: Any, where: str = "labels") -> None:
+    """Raise `LabelFormatError` naming every required column that is missing."""
+    have = list(columns)
+    missing = [c for c in LABEL_COLUMNS if c not in set(have)]
+    if missing:
+        raise LabelFormatError(f"{where} is missing required label column(s) {', '.join(missing)}; has "
+                               f"{', '.join(have) or 'none'}. Expected the label contract: {', '.join(LABEL_COLUMNS)}")
+
+
+# ----------------------------------------------------------------------------- writing
+
+def write_shard(shard_dir: str | os.PathLike, name: str, rows: list[dict[str, Any]]) -> Path:
+    """Write label rows as one parquet shard, atomically (temp file in the same dir, fsync, rename).
+
+    Returns:
+        The path of the shard.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    shard_dir = Path(shard_dir)
+    table = pa.Table.from_pylist(rows, schema=label_schema())
+    fd, tmp = tempfile.mkstemp(dir=shard_dir, prefix=f".{name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        final = shard_dir / name
+        os.replace(tmp, final)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return final
+
+
+def labelled_decision_ids(shard_dir: str | os.PathLike) -> set[str]:
+    """Decision ids present in a shard directory (a resumed labelling run skips them)."""
+    import pyarrow.parquet as pq
+
+    done: set[str] = set()
+    for f in sorted(Path(shard_dir).glob("part-*.parquet")):
+        done.update(pq.read_table(f, columns=["decision_id"]).column(0).to_pylist())
+    return done
+
+
+# ----------------------------------------------------------------------------- reading
+
+def shard_files(path: str | os.PathLike) -> list[Path]:
+    """The parquet shards of a label directory (sorted), or the file itself when it is a parquet file."""
+    p = Path(path)
+    if p.is_file():
+        return [p] if p.suffix == ".parquet" else []
+    d = p / "shards" if (p / "shards").is_dir() else p
+    return sorted(f for f in d.glob("*.parquet") if not f.name.startswith("."))
+
+
+def load_labels(path: str | os.PathLike) -> Any:
+    """Labels as a `datasets.Dataset`, checked against the label contract.
+
+    Reads a label directory (`shards/part-*.parquet`), a parquet or JSONL file, a `save_to_disk` directory,
+    or a directory holding parquet / JSONL files.
+
+    Raises:
+        FileNotFoundError: nothing at `path`.
+        LabelFormatError: no label data, or required columns missing (all of them are named).
+    """
+    import datasets
+
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"label path not found: {p} (write labels with scripts/label.py)")
+    if p.is_dir() and ((p / "dataset_info.json").exists() or (p / "state.json").exists()):
+        ds = datasets.load_from_disk(str(p))
+        validate_columns(ds.column_names, str(p))
+        return ds
+    files = shard_files(p)
+    if files:
+        return _read_parquet(files)
+    jsonl = [p] if p.is_file() else sorted(f for f in p.rglob("*.jsonl"))
+    nested = [] if p.is_file() else sorted(f for f in p.rglob("*.parquet") if not f.name.startswith("."))
+    if nested:
+        return _read_parquet(nested)
+    if not jsonl:
+        raise LabelFormatError(f"{p} holds no label data (expected {p}/shards/part-*.parquet, parquet or JSONL files)")
+    ds = datasets.Dataset.from_json([str(f) for f in jsonl])
+    validate_columns(ds.column_names, str(p))
+    return ds
+
+
+def _read_parquet(files: Sequence[Path]) -> Any:
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tables = []
+    for f in files:
+        t = pq.read_table(f)
+        validate_columns(t.column_names, str(f))
+        tables.append(t)
+    return datasets.Dataset(pa.concat_tables(tables, promote_options="default"))
+
+
+# ----------------------------------------------------------------------------- decisions
+
+@dataclass
+class LabeledDecision:
+    """One labelled decision: the query, its candidate cards and their teacher deltas.
+
+    Attributes:
+        decision_id: `"{episode_id}@{message index}"`.
+        episode_id: the episode (splits are by episode).
+        query: the decision text the scorer reads.
+        docs: the card text per card.
+        card_ids: the card ids, in episode order.
+        deltas: the teacher's delta per card (nats).
+        positions: card positions in the episode (the recency baseline).
+        is_key: per card, whether it holds the decision's key fact (None when the labels do not say).
+    """
+
+    decision_id: str
+    episode_id: str
+    query: str
+    docs: list[str]
+    card_ids: list[str]
+    deltas: list[float]
+    positions: list[int]
+    is_key: list[bool] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"query": self.query, "docs": self.docs, "deltas": self.deltas, "positions": self.positions}
+
+
+def group_decisions(ds: Any, min_cards: int = 2) -> list[LabeledDecision]:
+    """Group label rows into decisions (cards in episode order); drop decisions with < `min_cards` cards."""
+    cols = ["decision_id", "episode_id", "card_id", "decision_text", "card_text", "delta"]
+    extra = [c for c in ("card_position", "is_key") if c in ds.column_names]
+    df = ds.select_columns(cols + extra).to_pandas()
+    df = df.drop_duplicates(["decision_id", "card_id"])
+    if "card_position" not in extra:
+        df["card_position"] = df.groupby("decision_id").cumcount()
+    out = []
+    for did, g in df.groupby("decision_id", sort=True):
+        if len(g) < min_cards:
+            continue
+        g = g.sort_values("card_position", kind="stable")
+        out.append(LabeledDecision(str(did), str(g["episode_id"].iloc[0]), str(g["decision_text"].iloc[0]),
+                                   g["card_text"].astype(str).tolist(), g["card_id"].astype(str).tolist(),
+                                   g["delta"].astype(float).tolist(), g["card_position"].astype(int).tolist(),
+                                   g["is_key"].fillna(False).astype(bool).tolist() if "is_key" in extra else None))
+    return out
