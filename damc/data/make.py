@@ -4,11 +4,13 @@
 
 * `source=synthetic` generates `n_episodes` seeded support episodes (`damc.data.synthetic`) and splits
   them by episode with the same seed (deterministic: same seed, byte-identical files);
-* `source=bfcl` replays a BFCL multi-turn category (`damc.data.bfcl.build_bfcl_splits`).
+* `source=bfcl` replays a BFCL multi-turn category (`damc.data.bfcl.build_bfcl_splits`);
+* `source=tau2` replays τ²-bench retail or airline tasks offline (`damc.data.tau2.build_tau2_splits`;
+  airline is test-only).
 
 Each split is written atomically to `{out_dir}/{split}.jsonl`. `summarize(episodes)` is reusable
 (e.g. by `make demo`): episodes, messages, decisions, key-card statistics, approximate tokens and the
-tool error rate.
+tool error rate, and the share of decisions whose key fact lies before the current user turn.
 
 Example:
     >>> from omegaconf import OmegaConf
@@ -65,13 +67,15 @@ def summarize(episodes: list[Episode]) -> dict[str, Any]:
         `tool_call_decisions`; `decisions_with_key_cards`; `far_key_decisions` (nearest key card >= 10
         messages before the decision); `mean_key_distance` (messages from a decision to its *nearest*
         key card, i.e. the most recent card holding the fact; None without key cards);
-        `repeated_key_decisions`; `approx_tokens` {total, per_episode_median, per_episode_max}
+        `repeated_key_decisions`; `key_before_turn_share` (decisions with a key card positioned before the
+        last user message preceding the decision, over all decisions: where memory matters, since the
+        current turn is kept verbatim); `approx_tokens` {total, per_episode_median, per_episode_max}
         (characters / 4 over message contents and call arguments: approximate, no tokenizer);
         `tool_results`, `tool_errors` and `tool_error_rate` (errors as detected by
         `damc.cards.detect_status`).
     """
     lens, toks, dists = [], [], []
-    n_dec = n_tool = n_key = n_far = n_rep = n_res = n_err = 0
+    n_dec = n_tool = n_key = n_far = n_rep = n_res = n_err = n_before = 0
     for ep in episodes:
         lens.append(len(ep.messages))
         chars = 0
@@ -95,6 +99,7 @@ def summarize(episodes: list[Episode]) -> dict[str, Any]:
                 d = dp.index - max(_card_position(ep.episode_id, k) for k in ks)
                 dists.append(d)
                 n_far += d >= 10
+                n_before += any(_card_position(ep.episode_id, k) < dp.current_turn_start for k in ks)
     return {
         "episodes": len(episodes),
         "messages": {"min": min(lens, default=0), "median": statistics.median(lens) if lens else 0,
@@ -105,6 +110,7 @@ def summarize(episodes: list[Episode]) -> dict[str, Any]:
         "far_key_decisions": n_far,
         "mean_key_distance": round(statistics.mean(dists), 2) if dists else None,
         "repeated_key_decisions": n_rep,
+        "key_before_turn_share": round(n_before / n_dec, 4) if n_dec else 0.0,
         "approx_tokens": {"total": int(sum(toks)), "per_episode_median": int(statistics.median(toks)) if toks else 0,
                           "per_episode_max": int(max(toks, default=0))},
         "tool_results": n_res,
@@ -122,7 +128,8 @@ def format_summary(summary: dict[str, Any], name: str = "") -> str:
             f"{s['decisions_with_key_cards']} with key cards ({pct(s['decisions_with_key_cards'])}; "
             f"{pct(s['far_key_decisions'])} with the nearest key card >= 10 messages back), "
             f"mean distance to nearest key card {s['mean_key_distance']} messages, "
-            f"{s['repeated_key_decisions']} with a repeated key, ~{t['total']} tokens (approx., chars/4; "
+            f"{s['repeated_key_decisions']} with a repeated key, key fact before the current user turn in "
+            f"{s['key_before_turn_share']:.1%}, ~{t['total']} tokens (approx., chars/4; "
             f"median {t['per_episode_median']}/episode), tool error rate {s['tool_error_rate']:.1%} "
             f"({s['tool_errors']}/{s['tool_results']})")
 
@@ -145,7 +152,12 @@ def build_splits(cfg: Any) -> dict[str, list[Episode]]:
         splits = build_bfcl_splits(str(b.category), seed=int(cfg.seed), limit=limit,
                                    fractions=tuple(fractions[s] for s in SPLITS))
         return {s: list(splits.get(s, [])) for s in SPLITS}
-    raise ValueError(f"unknown source {source!r}; expected 'synthetic' or 'bfcl'")
+    if source == "tau2":
+        from damc.data.tau2 import Tau2Config, build_tau2_splits
+
+        splits = build_tau2_splits(Tau2Config(**dict(cfg.tau2)), seed=int(cfg.seed), fractions=fractions)
+        return {s: list(splits.get(s, [])) for s in SPLITS}
+    raise ValueError(f"unknown source {source!r}; expected 'synthetic', 'bfcl' or 'tau2'")
 
 
 def main(cfg: Any) -> dict[str, Any]:
