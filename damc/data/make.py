@@ -129,7 +129,7 @@ def format_summary(summary: dict[str, Any], name: str = "") -> str:
             f"{pct(s['far_key_decisions'])} with the nearest key card >= 10 messages back), "
             f"mean distance to nearest key card {s['mean_key_distance']} messages, "
             f"{s['repeated_key_decisions']} with a repeated key, key fact before the current user turn in "
-            f"{s['key_before_turn_share']:.1%}, ~{t['total']} tokens (approx., chars/4; "
+            f"{pct(s['key_before_turn_share'] * s['decisions'])}, ~{t['total']} tokens (approx., chars/4; "
             f"median {t['per_episode_median']}/episode), tool error rate {s['tool_error_rate']:.1%} "
             f"({s['tool_errors']}/{s['tool_results']})")
 

@@ -46,10 +46,9 @@ from typing import Any, Iterator
 
 from tqdm.auto import tqdm
 
-from damc.cards import card_id
 from damc.data.episodes import Episode, iter_scalars, render_call
 from damc.data.make import split_episodes
-from damc.data.tau2_user import card_text, plan_user_turns, value_pattern
+from damc.data.tau2_user import key_card_ids, plan_user_turns, value_pattern
 
 logger = logging.getLogger(__name__)
 
@@ -297,42 +296,7 @@ def kept_tasks(dom: Tau2Domain) -> tuple[list[tuple[Any, list[tuple[str, str, di
     return kept, dropped
 
 
-# ----------------------------------------------------------------------------- key cards and distractors
-
-def key_card_ids(episode_id: str, messages: list[dict[str, Any]],
-                 values: dict[int, list[Any]]) -> tuple[dict[str, list[str]], dict[str, list[Any]]]:
-    """For each decision, the cards that first contain its gold values (user turns and tool results before it).
-
-    Args:
-        episode_id: the episode's id (card ids are `card_id(episode_id, msg[, call])`).
-        messages: the episode's messages.
-        values: `{decision message index: key values}` (`key_values`).
-
-    Returns:
-        `(key_card_ids, key_facts)`: `{str(k): [card_id, ...]}` and `{str(k): [value, ...]}` (the values
-        that were found), for decisions with at least one key card.
-    """
-    cards: list[tuple[str, str]] = []  # (card id, searchable text) of user turns and tool results, in order
-    call_card: dict[str, str] = {}
-    keys: dict[str, list[str]] = {}
-    facts: dict[str, list[Any]] = {}
-    for k, m in enumerate(messages):
-        for v in values.get(k, []):
-            pat = value_pattern(v)
-            hit = next((cid for cid, text in cards if pat is not None and pat.search(text)), None)
-            if hit is not None:
-                keys.setdefault(str(k), [])
-                if hit not in keys[str(k)]:
-                    keys[str(k)].append(hit)
-                facts.setdefault(str(k), []).append(v)
-        for j, c in enumerate(m.get("tool_calls") or []):
-            call_card[c["id"]] = card_id(episode_id, k, j)
-        if m.get("role") == "user":
-            cards.append((card_id(episode_id, k), str(m.get("content") or "")))
-        elif m.get("role") == "tool":
-            cards.append((call_card[m["tool_call_id"]], card_text(m.get("content"))))
-    return keys, facts
-
+# ----------------------------------------------------------------------------- distractors
 
 def caller_id(dom: Tau2Domain, actions: list[tuple[str, str, dict[str, Any]]], results: list[str]) -> str | None:
     """The user id of the task's caller: a `user_id` argument, a found user id, or the owner of an order/reservation."""
@@ -476,8 +440,12 @@ def build_tau2_episodes(cfg: Tau2Config | None = None, dom: Tau2Domain | None = 
     cfg = cfg or Tau2Config()
     dom = dom or load_domain(cfg.domain)
     kept, dropped = kept_tasks(dom)
-    logger.info("tau2 %s: %d of %d tasks kept, %d dropped (%s)", dom.name, len(kept), len(dom.tasks), len(dropped),
-                "; ".join(f"{k}: {v}" for k, v in dropped.items()))
+    stale = [k for k, v in dropped.items() if v.startswith("stale")]
+    logger.info("tau2 %s: %d of %d tasks kept; dropped: %d without gold actions, %d with stale gold (%s; see "
+                "docs/tau2.md)", dom.name, len(kept), len(dom.tasks), len(dropped) - len(stale), len(stale),
+                ", ".join(stale))
+    for k, v in dropped.items():
+        logger.debug("tau2 %s task %s dropped: %s", dom.name, k, v)
     if cfg.limit is not None:
         kept = kept[: int(cfg.limit)]
     episodes = [replay_task(dom, task, actions, cfg.n_distractors)

@@ -1,4 +1,4 @@
-"""The caller's side of a τ²-bench task: its scenario text, spoken as user turns.
+"""The caller's side of a τ²-bench task: its scenario text spoken as user turns, and the key cards.
 
 τ²-bench describes each caller in the second person for an LLM user simulator
 (`user_scenario.instructions`: `reason_for_call`, `known_info`, `unknown_info`). Replaying a task
@@ -18,8 +18,9 @@ offline needs the turns such a caller would say, so this module
 Nothing is invented: every info turn is the scenario's own text, changed only in grammatical person.
 `task_instructions` (how the simulator should behave: tone, when to insist) are never spoken.
 
-The value matching used here (`value_pattern`, `card_text`) is the same one that finds key cards, so
-a sentence revealed "because action i needs value v" is exactly a card holding v.
+The same value matching (`value_pattern`, `card_text`) finds the key cards (`key_card_ids`: the user turn
+or tool result that first holds a gold value), so a sentence revealed "because action i needs value v"
+is exactly a card holding v.
 
 Example:
     >>> to_first_person("If the agent asks you for confirmation, you want to keep your order.")
@@ -38,6 +39,8 @@ import logging
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
+
+from damc.cards import card_id
 
 logger = logging.getLogger(__name__)
 
@@ -128,16 +131,20 @@ class UserTurn:
 def value_pattern(value: Any) -> re.Pattern[str] | None:
     """A regex finding `value` as a whole token in text, or None for values too short to be a fact.
 
-    Strings match verbatim between non-word characters (`#W2378156`, `Yusuf`, `credit_card_9513926`);
-    numbers match their JSON forms (`348` also matches `348.0`, never `348.5` or `1348`).
+    Strings match verbatim between non-word characters (`Yusuf`, `credit_card_9513926`); a leading "#"
+    (retail order ids) is optional, since callers say "order W2378156" as often as "#W2378156".
+    Numbers match their JSON forms (`348` also matches `348.0`, never `348.5` or `1348`).
     """
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         return None
     if isinstance(value, str):
         s = value.strip()
-        if len(s) < MIN_VALUE_CHARS:
+        hash_ = s.startswith("#")
+        core = s[1:] if hash_ else s
+        if len(core) < MIN_VALUE_CHARS:
             return None
-        return re.compile(r"(?<![A-Za-z0-9_])" + re.escape(s) + r"(?![A-Za-z0-9_])")
+        start = r"(?<![A-Za-z0-9_#])#?" if hash_ else r"(?<![A-Za-z0-9_])"
+        return re.compile(start + re.escape(core) + r"(?![A-Za-z0-9_])")
     forms = {json.dumps(value)}
     if float(value).is_integer():
         forms |= {str(int(value)), f"{int(value)}.0"}
@@ -273,3 +280,40 @@ def plan_user_turns(instructions: Mapping[str, Any], action_patterns: Sequence[S
             turns.append(UserTurn(a, "confirm", CONFIRMATIONS[n_confirm % len(CONFIRMATIONS)]))
             n_confirm += 1
     return turns
+
+
+# ----------------------------------------------------------------------------- key cards
+
+def key_card_ids(episode_id: str, messages: list[dict[str, Any]],
+                 values: dict[int, list[Any]]) -> tuple[dict[str, list[str]], dict[str, list[Any]]]:
+    """For each decision, the cards that first contain its gold values (user turns and tool results before it).
+
+    Args:
+        episode_id: the episode's id (card ids are `card_id(episode_id, msg[, call])`).
+        messages: the episode's messages.
+        values: `{decision message index: key values}` (`damc.data.tau2.key_values`).
+
+    Returns:
+        `(key_card_ids, key_facts)`: `{str(k): [card_id, ...]}` and `{str(k): [value, ...]}` (the values
+        that were found), for decisions with at least one key card.
+    """
+    cards: list[tuple[str, str]] = []  # (card id, searchable text) of user turns and tool results, in order
+    call_card: dict[str, str] = {}
+    keys: dict[str, list[str]] = {}
+    facts: dict[str, list[Any]] = {}
+    for k, m in enumerate(messages):
+        for v in values.get(k, []):
+            pat = value_pattern(v)
+            hit = next((cid for cid, text in cards if pat is not None and pat.search(text)), None)
+            if hit is not None:
+                keys.setdefault(str(k), [])
+                if hit not in keys[str(k)]:
+                    keys[str(k)].append(hit)
+                facts.setdefault(str(k), []).append(v)
+        for j, c in enumerate(m.get("tool_calls") or []):
+            call_card[c["id"]] = card_id(episode_id, k, j)
+        if m.get("role") == "user":
+            cards.append((card_id(episode_id, k), str(m.get("content") or "")))
+        elif m.get("role") == "tool":
+            cards.append((call_card[m["tool_call_id"]], card_text(m.get("content"))))
+    return keys, facts
