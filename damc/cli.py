@@ -24,7 +24,7 @@ from typing import Any, Callable
 CONFIG_MODULE = "pkg://damc.configs"
 NOISY_LOGGERS = ("transformers", "sentence_transformers", "onnxruntime", "onnx", "faiss", "faiss.loader", "httpx",
                  "datasets", "huggingface_hub", "accelerate", "urllib3", "matplotlib", "hydra", "torch",
-                 "root", "numexpr", "wandb")
+                 "numexpr", "wandb")
 
 
 def verbose_requested(argv: list[str] | None = None) -> bool:

@@ -1,6 +1,6 @@
 """The README's results view of one or more A/B runs: a policy × budget table and the study's targets, checked.
 
-    python scripts/report.py runs/study/synthetic/eval runs/study/bfcl_long_context/eval [--out FILE] [--policy P]
+    python scripts/report.py runs/study/synthetic/eval [TITLE=DIR ...] [--out FILE] [--policy P] [--operating FILE]
 
 Each argument is a `scripts/evaluate.py` out_dir (or its results.json); `TITLE=DIR` names a section.
 `make reproduce` writes the same report next to each profile's results (`<out_dir>/report.md`).
@@ -15,7 +15,8 @@ from pathlib import Path
 def cli() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("results", nargs="+", help="evaluate out_dir or results.json, optionally TITLE=PATH")
-    p.add_argument("--policy", default="damc_student", help="the policy whose targets are checked")
+    p.add_argument("--policy", default="damc", help="the policy whose targets are checked")
+    p.add_argument("--operating", default=None, help="operating_points.json (chosen on dev) to report each policy at")
     p.add_argument("--out", default=None, help="also write the Markdown here")
     args = p.parse_args()
     from damc.data.episodes import atomic_write_text
@@ -28,7 +29,16 @@ def cli() -> None:
             named[title or path] = load_results(path)
         except (ValueError, FileNotFoundError) as e:
             sys.exit(f"report: error: {e}")
-    text = report(named, policy=args.policy)
+    ops = None
+    if args.operating:
+        import json
+
+        try:
+            chosen = json.loads(Path(args.operating).read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            sys.exit(f"report: error: {args.operating}: {e} (expected the operating_points.json of a dev run)")
+        ops = {title: chosen for title in named}
+    text = report(named, policy=args.policy, operating=ops)
     print(text)
     if args.out:
         atomic_write_text(Path(args.out), text)

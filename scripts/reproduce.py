@@ -16,10 +16,14 @@ import sys
 
 
 def run() -> None:
+    from damc.cli import quiet_third_party, verbose_requested
     from damc.eval.pipelines import reproduce
 
-    logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
-    args = sys.argv[1:]
+    verbose = verbose_requested()
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
+                        format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
+    quiet_third_party(verbose)
+    args = [a for a in sys.argv[1:] if a not in ("-v", "--verbose")]
     profiles = [a for a in args if a.startswith("study_")] or ["study_synthetic", "study_bfcl"]
     reproduce(profiles, [a for a in args if not a.startswith("study_")])
 

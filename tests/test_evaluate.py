@@ -17,8 +17,8 @@ from damc.data.episodes import load_episodes, write_episodes
 from damc.eval.metrics import exact_match, multiple_choice, parse_action
 from damc.eval.stats import bootstrap_ci, paired_bootstrap
 
-ALL_POLICIES = ["full", "window", "recency", "similarity", "bm25", "llm_judge", "generative_agents", "obs_mask",
-                "damc_knn", "damc_student", "damc_teacher", "oracle"]
+ALL_POLICIES = ["full", "window", "obs_mask", "recency", "similarity", "bm25", "llm_judge", "generative_agents",
+                "heuristic", "damc_knn", "damc", "damc_teacher", "oracle"]
 TINY_SYNTH = ("+synthetic.min_messages=10", "+synthetic.max_messages=40", "+synthetic.min_threads=1",
               "+synthetic.max_threads=2", "+synthetic.min_fillers=1", "+synthetic.max_fillers=2",
               "+synthetic.min_kb_articles=1", "+synthetic.max_kb_articles=2")
@@ -81,12 +81,11 @@ def test_every_policy_end_to_end_writes_results_with_the_schema(pipeline, tmp_pa
     out = tmp_path / "eval"
     pol = "[" + ",".join(ALL_POLICIES) + "]"
     res = main(_eval_cfg(pipeline, out, f"policies={pol}", "budgets=[192]", "max_decisions=2",
-                         "data.tool_calls_only=true", "policy_options.llm_judge.max_cards=6",
-                         "policy_options.damc_teacher.max_cards=6"))
+                         "data.tool_calls_only=true", "policy_options.damc_teacher.max_cards=6"))
     for f in ("results.json", "results.md", "pareto.png", "records.jsonl"):
         assert (out / f).stat().st_size > 0, f
     on_disk = json.loads((out / "results.json").read_text())
-    assert set(on_disk) == {"policies", "paired", "config"}
+    assert set(on_disk) == {"policies", "paired", "config", "pareto"}
     assert set(on_disk["policies"]) == {f"{p}@192" for p in ALL_POLICIES}
     for key, e in on_disk["policies"].items():
         assert e["n_failed"] == 0, (key, [r.get("error") for r in _records(out) if r.get("failed")])
@@ -99,31 +98,66 @@ def test_every_policy_end_to_end_writes_results_with_the_schema(pipeline, tmp_pa
     for p in on_disk["paired"].values():
         assert p["vs"] == "window@192" and len(p["ci"]) == 2 and p["ci"][0] <= p["accuracy_delta"] <= p["ci"][1]
     assert on_disk["config"]["decision_llm"] == "smollm2-135m"
-    # the budget caps the history; `full` ignores it and costs the most tokens
+    assert on_disk["pareto"] and all(k.split("@")[0] not in ("oracle", "damc_teacher") for k in on_disk["pareto"])
     recs = _records(out)
-    assert all(r["history_tokens"] <= 192 for r in recs if r["policy"] not in ("full",))
+    # the budget caps the history; `full` ignores it and costs the most tokens
+    assert all(r["history_tokens"] <= 192 for r in recs if r["policy"] != "full")
     pt = {k.split("@")[0]: e["prompt_tokens"] for k, e in on_disk["policies"].items()}
     assert pt["full"] >= max(v for k, v in pt.items() if k != "full")
-    # damc_* policies put compressed lines into the "Relevant history" section
-    assert "| damc_student | 192 |" in (out / "results.md").read_text()
-    assert res["policies"]["damc_student@192"]["accuracy"] == on_disk["policies"]["damc_student@192"]["accuracy"]
+    # every card policy chose from the runtime's candidate set: the same one for all of them
+    cands = {r["decision_id"]: set() for r in recs}
+    for r in recs:
+        if r["kind"] == "card":
+            cands[r["decision_id"]].add((r["n_candidates"], tuple(r["key_in_candidates"])))
+            assert len(r["kept_card_ids"]) <= r["n_candidates"]
+    assert all(len(v) == 1 for v in cands.values())
+    assert "| damc | 192 |" in (out / "results.md").read_text()
+    assert res["policies"]["damc@192"]["accuracy"] == on_disk["policies"]["damc@192"]["accuracy"]
+
+
+@pytest.mark.slow
+def test_damc_in_the_harness_builds_the_prompt_a_user_gets_from_the_runtime(pipeline, tmp_path):
+    """The record's prompt is exactly `DecisionAwareMemory(path, scorer=...)`'s context for that decision."""
+    import hashlib
+
+    from damc.data.episodes import decision_points
+    from damc.eval.harness import main
+    from damc.models import load_tokenizer
+    from damc.runtime.memory import DecisionAwareMemory
+    from damc.runtime.select import TopK
+
+    out = tmp_path / "eval"
+    main(_eval_cfg(pipeline, out, "policies=[window,damc]", "budgets=[256]", "max_decisions=3",
+                   "data.tool_calls_only=true"))
+    recs = [r for r in _records(out) if r["policy"] == "damc"]
+    eps = {ep.episode_id: ep for ep in load_episodes(pipeline["test"])}
+    for r in recs:
+        ep = eps[r["episode_id"]]
+        dp = next(d for d in decision_points(ep) if d.index == r["index"])
+        user = DecisionAwareMemory(tmp_path / f"user-{r['decision_id'].replace('@', '_')}", scorer=pipeline["scorer"],
+                                   tokenizer=load_tokenizer("smollm2-135m"), session_id=ep.episode_id,
+                                   selector=TopK(None))
+        ctx = user.build_context(dp.context, ep.tools, budget_tokens=256)
+        assert [s.card_id for s in ctx.selected] == r["kept_card_ids"]
+        assert hashlib.sha1(json.dumps(ctx.messages, ensure_ascii=False).encode()).hexdigest() == r["prompt_hash"]
+        user.close()
 
 
 class _Flaky:
-    """A policy that raises on one decision (index 2 of its calls) and defers to `recency` otherwise."""
+    """A message policy that raises on its first real decision (call 2; call 1 is the warm-up)."""
 
-    name, budgeted = "flaky", True
+    name, kind, budgeted, needs_gold = "flaky", "message", True, False
 
     def __init__(self):
-        from damc.eval.policies import RecencyPolicy
+        from damc.eval.policies import WindowPolicy
 
-        self.inner, self.calls = RecencyPolicy(), 0
+        self.inner, self.calls = WindowPolicy(), 0
 
-    def build(self, dp, cards, budget, ctx):
+    def build(self, view, setting, env, **kw):
         self.calls += 1
-        if self.calls == 2:  # the warm-up is call 1; the first real decision is call 2
+        if self.calls == 2:
             raise RuntimeError("boom on purpose")
-        return self.inner.build(dp, cards, budget, ctx)
+        return self.inner.build(view, setting, env, **kw)
 
 
 def test_a_policy_raising_on_one_decision_is_recorded_as_failed_there_only(pipeline, tmp_path, monkeypatch):
@@ -142,7 +176,7 @@ def test_a_policy_raising_on_one_decision_is_recorded_as_failed_there_only(pipel
     assert res["paired"]["flaky@128"]["n"] == 1  # paired only on decisions both policies succeeded on
 
 
-def test_a_killed_run_resumes_without_redoing_or_losing_decisions(pipeline, tmp_path, monkeypatch):
+def test_a_killed_run_resumes_and_a_changed_setting_is_never_reused(pipeline, tmp_path, monkeypatch):
     import damc.eval.harness as ev
 
     out = tmp_path / "eval"
@@ -153,11 +187,11 @@ def test_a_killed_run_resumes_without_redoing_or_losing_decisions(pipeline, tmp_
     # a kill after 5 records, in the middle of writing the 6th
     (out / "records.jsonl").write_text("".join(lines[:5]) + lines[5][: len(lines[5]) // 2])
     calls = []
-    real = ev.evaluate_one
-    monkeypatch.setattr(ev, "evaluate_one", lambda *a, **k: calls.append(a[1:3]) or real(*a, **k))
+    real = ev.evaluate_unit
+    monkeypatch.setattr(ev, "evaluate_unit", lambda u, d, *a, **k: calls.append((u.name, u.key)) or real(u, d, *a, **k))
     second = ev.main(cfg)
     assert len(calls) == len(lines) - 5
-    keys = [(r["policy"], r["budget"], r["decision_id"]) for r in _records(out)]
+    keys = [(r["policy"], r["setting"], r["decision_id"]) for r in _records(out)]
     assert len(set(keys)) == len(lines)
     for k, e in first["policies"].items():
         assert second["policies"][k]["accuracy"] == e["accuracy"]
@@ -165,22 +199,34 @@ def test_a_killed_run_resumes_without_redoing_or_losing_decisions(pipeline, tmp_
     calls.clear()
     ev.main(cfg)  # a finished run reruns nothing
     assert calls == []
+    # another memory setting changes recency's (and window's) fingerprint: nothing old is reused
+    ev.main(_eval_cfg(pipeline, out, "policies=[window,recency]", "budgets=[96,128]", "max_decisions=2",
+                      "memory.recent=3"))
+    assert len(calls) == len(lines)
 
 
-def test_a_named_variant_runs_a_registry_policy_with_caps_under_its_own_name(pipeline, tmp_path):
+def test_sweeps_render_modes_and_variants_run_through_one_memory(pipeline, tmp_path):
     from damc.eval.harness import main
+    from damc.eval.results import operating_points
 
     out = tmp_path / "eval"
-    res = main(_eval_cfg(pipeline, out, "policies=[window,damc_student,damc_student_k2]", "budgets=[1024]",
-                         "max_decisions=2", "+policy_options.damc_student_k2={policy: damc_student, top_k: 2}"))
-    assert {"damc_student@1024", "damc_student_k2@1024"} <= set(res["policies"])
-    recs = {(r["policy"], r["decision_id"]): r for r in _records(out)}
-    for (pol, did), r in recs.items():
-        if pol == "damc_student_k2":
-            full = recs[("damc_student", did)]
-            assert len(r["kept_card_ids"]) == min(2, len(full["kept_card_ids"]))
-            assert set(r["kept_card_ids"]) <= set(full["kept_card_ids"])  # the same scorer's two best
-            assert r["history_tokens"] <= full["history_tokens"]
+    res = main(_eval_cfg(pipeline, out, "policies=[window,bm25,damc,damc_k]", "budgets=[1024]", "max_decisions=2",
+                         "render=[template,raw]", "sweep.top_k=[2]", "sweep.threshold=[0.5]",
+                         f"+policy_options.damc_k={{policy: damc, scorer: {pipeline['scorer']}}}"))
+    want = {"1024", "1024/raw", "1024/k2", "1024/k2/raw", "1024/t0.5", "1024/t0.5/raw"}
+    for name in ("bm25", "damc", "damc_k"):
+        assert {k.split("@")[1] for k in res["policies"] if k.startswith(name + "@")} == want
+    assert {k for k in res["policies"] if k.startswith("window@")} == {"window@1024"}
+    recs = {(r["policy"], r["setting"], r["decision_id"]): r for r in _records(out)}
+    for (pol, setting, did), r in recs.items():
+        if setting == "1024/k2":
+            free = recs[(pol, "1024", did)]
+            assert len(r["kept_card_ids"]) == min(2, len(free["kept_card_ids"]))
+            assert set(r["kept_card_ids"]) <= set(free["kept_card_ids"])  # the same valuer's two best
+        if pol == "damc_k":  # a variant with the same options is the same policy
+            assert r["prompt_hash"] == recs[("damc", setting, did)]["prompt_hash"]
+    ops = operating_points(res)
+    assert set(ops) == {"window", "bm25", "damc", "damc_k"} and ops["window"] == "1024"
     with pytest.raises(KeyError, match="policy_options.nope.policy"):
         main(_eval_cfg(pipeline, tmp_path / "bad", "policies=[nope]", "budgets=[128]"))
 
@@ -207,6 +253,14 @@ def test_bootstrap_intervals_cover_the_estimate_and_paired_delta_is_exact():
     assert pb["delta"] == pytest.approx(0.5) and pb["n"] == 4 and pb["ci"][0] <= 0.5 <= pb["ci"][1]
     with pytest.raises(ValueError):
         paired_bootstrap([1, 0], [1])
+    # clustered decisions: 10 episodes of 20 identical decisions each carry the information of 10, not 200
+    y = np.repeat(rng.integers(0, 2, 10), 20)
+    eps = np.repeat(np.arange(10), 20)
+    naive = bootstrap_ci(y, np.mean, n_boot=1000)
+    clustered = bootstrap_ci(y, np.mean, clusters=eps, n_boot=1000)
+    assert clustered[1] - clustered[0] > 2 * (naive[1] - naive[0])
+    pc = paired_bootstrap(y, np.zeros_like(y), clusters=eps, n_boot=1000)
+    assert pc["n_clusters"] == 10 and pc["ci"][1] - pc["ci"][0] > 2 * (naive[1] - naive[0])
 
 
 def test_exact_match_parses_canonical_calls():

@@ -1,7 +1,7 @@
 """notebooks/damc_analysis.ipynb runs top to bottom (nbclient) on a small labels dataset and results dir.
 
 The inputs are written in the real formats by the real writers: label rows with the teacher's parquet
-schema (`damc.labels.label_schema`), results through `damc.eval.harness.aggregate`/`write_results`.
+schema (`damc.labels.label_schema`), results through `damc.eval.results.aggregate`/`write_results`.
 """
 
 import json
@@ -19,7 +19,7 @@ def inputs(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from damc.eval.harness import aggregate, write_results
+    from damc.eval.results import aggregate, write_results
     from damc.labels import label_schema
 
     rng = np.random.default_rng(0)
@@ -39,16 +39,16 @@ def inputs(tmp_path):
 
     recs = []
     for i in range(10):
-        for pol, b, p_ok, tok in [("window", 256, 0.3, 400), ("window", 512, 0.4, 650), ("damc_student", 256, 0.6, 300),
-                                  ("damc_student", 512, 0.7, 500), ("full", "none", 0.5, 3000)]:
-            recs.append({"policy": pol, "budget": b, "decision_id": f"d{i}", "episode_id": f"e{i // 2}", "failed": False,
+        for pol, b, p_ok, tok in [("window", 256, 0.3, 400), ("window", 512, 0.4, 650), ("damc", 256, 0.6, 300),
+                                  ("damc", 512, 0.7, 500), ("full", "none", 0.5, 3000)]:
+            recs.append({"policy": pol, "setting": str(b), "budget": b, "decision_id": f"d{i}", "episode_id": f"e{i // 2}", "failed": False,
                          "correct": bool(rng.random() < p_ok), "gold_logprob": -10.0, "gold_logprob_per_token": -1.0,
                          "prompt_tokens": tok, "overhead_ms": 3.0, "llm_ms": 500.0, "kept_card_ids": [],
                          "key_card_ids": []})
     res_dir = tmp_path / "eval"
     res_dir.mkdir()
     (res_dir / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
-    res = aggregate(recs, [f"d{i}" for i in range(10)], ["full", "window", "damc_student"], [256, 512],
+    res = aggregate(recs, [f"d{i}" for i in range(10)], ["full", "window", "damc"],
                     {"decision_llm": "test"}, n_boot=100)
     write_results(res_dir, res)
     return tmp_path / "labels", res_dir

@@ -1,26 +1,43 @@
-"""Memory policies on a real synthetic episode with the decision LLM's real tokenizer: budgets hold,
-the current turn is always verbatim, each policy keeps what it says it keeps."""
+"""Memory policies on a real synthetic episode with the decision LLM's real tokenizer, through the runtime:
+budgets hold, the current turn is always verbatim, card policies are exactly `DecisionAwareMemory.build_context`
+with their valuer, each policy keeps what it says it keeps, and no deployable policy can see the gold."""
 
-from dataclasses import replace
+import copy
+import json
 
 import pytest
 
-from damc.cards import cards_before, encode_episode, token_counter
+from damc.cards import token_counter
 from damc.data.episodes import decision_points
 from damc.data.synthetic import generate_episodes
+from damc.eval.policies import (POLICIES, CardPolicy, DecisionView, GoldView, PolicyEnv, Setting, make_policy,
+                                trim_history)
 from damc.models import load_tokenizer
-from damc.eval.policies import POLICIES, PolicyContext, greedy_budget, make_policy, trim_history
 from damc.prompting import HISTORY_HEADER, message_to_chat
+from damc.runtime.memory import DecisionAwareMemory
+from damc.runtime.valuers import CachedValuer
+
+DEPLOYABLE = ["full", "window", "obs_mask", "heuristic", "recency", "similarity", "bm25", "generative_agents"]
 
 
 @pytest.fixture(scope="module")
 def setup():
     tok = load_tokenizer("smollm2-135m")
-    ctx = PolicyContext(count_tokens=token_counter(tok), window_tokens=8192)
+    env = PolicyEnv(count_tokens=token_counter(tok), window_tokens=8192)
     ep = generate_episodes(1, seed=11)[0]
-    cards = encode_episode(ep, count_tokens=ctx.count_tokens)
     dp = [d for d in decision_points(ep) if d.key_card_ids][-1]  # a late decision that needs earlier facts
-    return ctx, dp, cards_before(cards, dp.current_turn_start)
+    memory = DecisionAwareMemory(None, tokenizer=tok)
+    view = DecisionView.of(dp)
+    memory.observe(view.messages, view.session_id)
+    return env, dp, view, memory, tok
+
+
+def _build(name, setup, setting, **kw):
+    env, dp, view, memory, _ = setup
+    pol = make_policy(name, **kw)
+    gold = GoldView.of(dp) if pol.needs_gold else None
+    valuer = CachedValuer(pol.make_valuer(env, gold)) if isinstance(pol, CardPolicy) else None
+    return pol.build(view, setting, env, memory=memory, valuer=valuer)
 
 
 def _ends_with_current_turn(out, dp):
@@ -28,32 +45,59 @@ def _ends_with_current_turn(out, dp):
     assert tail == [message_to_chat(m) for m in dp.current_turn]
 
 
-@pytest.mark.parametrize("name", ["window", "recency", "bm25", "obs_mask", "oracle"])
+@pytest.mark.parametrize("name", ["window", "obs_mask", "recency", "bm25", "heuristic", "oracle"])
 @pytest.mark.parametrize("budget", [128, 512])
 def test_budgeted_policies_respect_the_budget_and_keep_the_current_turn(setup, name, budget):
-    ctx, dp, cards = setup
-    out = make_policy(name).build(dp, cards, budget, ctx)
+    out = _build(name, setup, Setting(budget))
     assert 0 <= out.history_tokens <= budget
-    _ends_with_current_turn(out, dp)
-    assert out.messages[0]["role"] == "system" and out.overhead_ms >= 0
-    assert set(out.kept_card_ids) <= {c.card_id for c in cards}
+    _ends_with_current_turn(out, setup[1])
+    assert out.messages[0]["role"] == "system" and out.timings_ms["total"] >= 0
+    assert set(out.kept_card_ids) <= set(out.candidate_ids)
+
+
+def test_a_card_policy_is_exactly_the_runtime_a_user_calls(setup):
+    """`heuristic` builds the same prompt as a user's own `DecisionAwareMemory` (default valuer) fed the same
+    conversation: same candidates, same packing, same compressed lines, same assembly."""
+    env, dp, view, _, tok = setup
+    user = DecisionAwareMemory(None, tokenizer=tok, session_id=view.session_id)
+    for k in range(1, len(view.messages) + 1):  # the conversation arrives message by message
+        user.observe(view.messages[:k])
+    ctx = user.build_context(list(view.messages), list(view.tools), budget_tokens=512)
+    out = _build("heuristic", setup, Setting(512, top_k=12))   # the user's default selector is TopK(12)
+    assert out.messages == ctx.messages
+    assert out.kept_card_ids == [s.card_id for s in ctx.selected] and ctx.selected
+    assert sorted(out.candidate_ids) == sorted(ctx.candidate_ids)
+
+
+def test_template_and_raw_render_the_same_cards_differently(setup):
+    tmpl = _build("bm25", setup, Setting(10**5, top_k=3))
+    raw = _build("bm25", setup, Setting(10**5, top_k=3, render="raw"))
+    assert tmpl.kept_card_ids == raw.kept_card_ids and len(raw.kept_card_ids) == 3
+    for out in (tmpl, raw):
+        system = out.messages[0]["content"]
+        assert HISTORY_HEADER in system and all(f"[{cid}]" in system for cid in out.kept_card_ids)
+        assert len(out.messages) == 1 + len(setup[1].current_turn)  # no raw history messages
+    assert raw.history_tokens > tmpl.history_tokens  # templates compress
+    assert Setting(512, render="raw").key == "512/raw" and Setting(512, top_k=4).key == "512/k4"
+    with pytest.raises(ValueError, match="render"):
+        _build("bm25", setup, Setting(512, render="fancy"))
 
 
 def test_full_keeps_everything_and_ignores_the_budget(setup):
-    ctx, dp, cards = setup
-    out = make_policy("full").build(dp, cards, 64, replace(ctx, window_tokens=None))
-    assert out.kept_card_ids == [c.card_id for c in cards] and out.history_tokens > 64
+    env, dp, view, memory, _ = setup
+    out = make_policy("full").build(view, Setting(64), PolicyEnv(env.count_tokens))
+    assert out.kept_card_ids == out.candidate_ids and out.history_tokens > 64
     _ends_with_current_turn(out, dp)
     assert not POLICIES["full"].budgeted
     # only the decision LLM's window limits it: the oldest messages go first
-    capped = make_policy("full").build(dp, cards, 64, replace(ctx, window_tokens=out.history_tokens // 2 + 1500))
+    capped = make_policy("full").build(view, Setting(64), PolicyEnv(env.count_tokens, None, out.history_tokens // 2 + 1500))
     assert capped.history_tokens < out.history_tokens and capped.kept_card_ids[-1] == out.kept_card_ids[-1]
     _ends_with_current_turn(capped, dp)
 
 
 def test_window_is_the_last_messages_of_the_history(setup):
-    ctx, dp, cards = setup
-    out = make_policy("window", n_messages=10).build(dp, cards, 10**6, ctx)
+    env, dp, view, _, _ = setup
+    out = make_policy("window", n_messages=10).build(view, Setting(10**6), env)
     hist = out.messages[1: len(out.messages) - len(dp.current_turn)]
     want = [message_to_chat(m) for m in dp.history[-10:]]
     assert 8 <= len(hist) <= 10 and hist == want[len(want) - len(hist):]  # never starts on an orphan tool result
@@ -61,109 +105,81 @@ def test_window_is_the_last_messages_of_the_history(setup):
 
 
 def test_obs_mask_replaces_old_tool_outputs_only(setup):
-    ctx, dp, cards = setup
+    env, dp, view, _, _ = setup
     pol = make_policy("obs_mask", keep_last=2)
-    out = pol.build(dp, cards, 10**6, ctx)
+    out = pol.build(view, Setting(10**6), env)
     tools = [m for m in out.messages[1: len(out.messages) - len(dp.current_turn)] if m["role"] == "tool"]
     assert all(m["content"] == pol.placeholder for m in tools[:-2])
     assert all(m["content"] != pol.placeholder for m in tools[-2:])
 
 
-def test_oracle_keeps_the_key_cards(setup):
-    ctx, dp, cards = setup
-    out = make_policy("oracle").build(dp, cards, 10**6, ctx)
-    assert set(out.kept_card_ids) == set(dp.key_card_ids) & {c.card_id for c in cards}
+def test_oracle_keeps_exactly_the_key_cards_that_reached_the_candidates(setup):
+    out = _build("oracle", setup, Setting(10**6))
+    keys = set(setup[1].key_card_ids)
+    assert set(out.kept_card_ids) == keys & set(out.candidate_ids) and out.kept_card_ids
 
 
-def test_compressed_cards_go_into_the_relevant_history_section_tagged(setup):
-    ctx, dp, cards = setup
-    pol = make_policy("bm25", compress=True)
-    out = pol.build(dp, cards, 256, ctx)
-    system = out.messages[0]["content"]
-    assert HISTORY_HEADER in system
-    for cid in out.kept_card_ids:
-        assert f"[{cid}]" in system
-    assert len(out.messages) == 1 + len(dp.current_turn)  # no raw history messages
-    assert out.history_tokens <= 256
-
-
-def test_greedy_budget_packs_best_first_and_returns_chronological_order():
-    assert greedy_budget([5, 5, 5], [0.1, 0.9, 0.5], 10) == [1, 2]
-    assert greedy_budget([8, 3, 3], [0.9, 0.5, 0.1], 7) == [1, 2]  # the best does not fit: skipped
-    assert greedy_budget([1, 1], [1.0, 1.0], 1) == [1]  # ties go to the newer card
+def test_top_k_and_threshold_keep_fewer_cards_than_the_budget_allows(setup):
+    free = _build("recency", setup, Setting(10**6))
+    top3 = _build("recency", setup, Setting(10**6, top_k=3))
+    assert len(top3.kept_card_ids) == 3 and top3.history_tokens < free.history_tokens
+    assert set(top3.kept_card_ids) <= set(free.kept_card_ids)
+    # recency values are exp(-rank / 8): τ = exp(-4.5/8) keeps the 5 newest candidates
+    thr = _build("recency", setup, Setting(10**6, threshold=0.57))
+    assert len(thr.kept_card_ids) == 5 and set(top3.kept_card_ids) < set(thr.kept_card_ids)
+    both = _build("recency", setup, Setting(10**6, top_k=2, threshold=0.57))
+    assert set(both.kept_card_ids) < set(top3.kept_card_ids) and len(both.kept_card_ids) == 2
+    tight = _build("recency", setup, Setting(64, top_k=3))
+    assert tight.history_tokens <= 64
+    none = _build("recency", setup, Setting(10**6, threshold=2.0))
+    assert none.kept_card_ids == [] and none.history_tokens == 0
+    _ends_with_current_turn(none, setup[1])
 
 
 def test_trim_history_never_starts_on_a_tool_result(setup):
-    ctx, dp, _ = setup
+    env, dp, _, _, _ = setup
     for n in range(1, 12):
-        idx = trim_history(dp.history, ctx, max_messages=n, budget=None)
+        idx = trim_history(dp.history, env, max_messages=n, budget=None)
         assert len(idx) <= n and (not idx or dp.history[idx[0]]["role"] != "tool")
 
 
-def test_unknown_policy_and_missing_paths_fail_clearly():
+def test_unknown_policy_and_missing_paths_fail_clearly(setup):
     with pytest.raises(KeyError, match="known:"):
         make_policy("nope")
     with pytest.raises(ValueError, match="scorer="):
-        make_policy("damc_student")
+        make_policy("damc")
     with pytest.raises(ValueError, match="labels="):
         make_policy("damc_knn")
+    with pytest.raises(TypeError, match="policy 'bm25'"):
+        make_policy("bm25", top_k=3)   # selection is a Setting, not a policy option
+    with pytest.raises(ValueError, match="GoldView"):
+        make_policy("oracle").make_valuer(setup[0], None)
 
 
-def test_top_k_and_min_score_cap_a_card_policy_below_its_budget(setup):
-    ctx, dp, cards = setup
-    free = make_policy("recency").build(dp, cards, 10**6, ctx)
-    capped = make_policy("recency", top_k=3).build(dp, cards, 10**6, ctx)
-    assert capped.kept_card_ids == free.kept_card_ids[-3:]  # the 3 newest, still chronological
-    assert capped.history_tokens < free.history_tokens
-    # min_score in the policy's own units: recency scores are the card positions 0..n-1
-    n = len(cards)
-    thr = make_policy("recency", min_score=n - 5).build(dp, cards, 10**6, ctx)
-    assert thr.kept_card_ids == [c.card_id for c in cards[-5:]]
-    both = make_policy("recency", min_score=n - 5, top_k=2).build(dp, cards, 10**6, ctx)
-    assert both.kept_card_ids == [c.card_id for c in cards[-2:]]
-    # the budget still binds: the caps only ever remove cards
-    tight = make_policy("recency", top_k=3).build(dp, cards, 64, ctx)
-    assert tight.history_tokens <= 64 and set(tight.kept_card_ids) <= set(capped.kept_card_ids)
-    none = make_policy("recency", min_score=10**9).build(dp, cards, 10**6, ctx)
-    assert none.kept_card_ids == [] and none.history_tokens == 0
-    _ends_with_current_turn(none, dp)
+def _poisoned(dp):
+    """The same decision with a different gold action, different future messages and other key cards."""
+    ep = copy.deepcopy(dp.episode)
+    k = dp.index
+    ep.messages[k] = {"role": "assistant", "content": None, "tool_calls": [{"id": "zz", "type": "function", "function": {
+        "name": "delete_everything", "arguments": json.dumps({"order_id": "POISON-000"})}}]}
+    ep.messages[k + 1:] = [{"role": "user", "content": "POISON future turn: the answer is order POISON-000"}]
+    ep.metadata = {**ep.metadata, "key_card_ids": {str(k): ["nope:1"]}}
+    return [d for d in decision_points(ep) if d.index == k][0]
 
 
-def test_caps_are_validated_and_only_for_card_policies():
-    with pytest.raises(ValueError, match="top_k must be a positive integer"):
-        make_policy("bm25", top_k=0)
-    with pytest.raises(ValueError, match="min_score must be a number"):
-        make_policy("bm25", min_score="high")
-    with pytest.raises(ValueError, match="does not pack cards by value"):
-        make_policy("window", top_k=3)
-    with pytest.raises(ValueError, match="does not pack cards by value"):
-        make_policy("oracle", top_k=3)  # it keeps the gold's cards by its own rule
-
-
-def test_reused_scores_are_scored_once_per_decision_and_still_timed(setup):
-    import time
-
-    from damc.eval.policies import RecencyPolicy
-
-    ctx, dp, cards = setup
-
-    class Slow(RecencyPolicy):
-        calls = 0
-
-        def score(self, dp, cards, ctx):
-            Slow.calls += 1
-            time.sleep(0.05)
-            return super().score(dp, cards, ctx)
-
-    pol = Slow()
-    a = pol.build(dp, cards, 256, ctx)
-    pol.build(dp, cards, 512, ctx)
-    assert Slow.calls == 2                      # off by default: the runtime never sees stale scores
-    pol.reuse_scores = True
-    a2 = pol.build(dp, cards, 256, ctx)         # scored (nothing to reuse yet)
-    b2 = pol.build(dp, cards, 512, ctx)         # same decision, same cards, other budget: reused
-    assert Slow.calls == 3
-    assert a2.kept_card_ids == a.kept_card_ids and len(b2.kept_card_ids) > len(a2.kept_card_ids)
-    assert b2.overhead_ms >= 50                 # the reused scoring time is still counted
-    pol.build(dp, cards[:-1], 512, ctx)         # other cards: scored afresh
-    assert Slow.calls == 4
+@pytest.mark.parametrize("name", DEPLOYABLE)
+def test_deployable_policies_never_see_the_gold_or_the_future(setup, name):
+    env, dp, _, _, tok = setup
+    bad = _poisoned(dp)
+    assert bad.gold != dp.gold and bad.key_card_ids != dp.key_card_ids
+    outs = []
+    for d in (dp, bad):
+        memory = DecisionAwareMemory(None, tokenizer=tok)   # a fresh memory each time: nothing carried over
+        view = DecisionView.of(d)
+        assert "POISON" not in json.dumps(view.messages)
+        memory.observe(view.messages, view.session_id)
+        pol = make_policy(name)
+        valuer = CachedValuer(pol.make_valuer(env)) if isinstance(pol, CardPolicy) else None
+        outs.append(pol.build(view, Setting(512), env, memory=memory, valuer=valuer))
+    assert outs[0].messages == outs[1].messages and outs[0].kept_card_ids == outs[1].kept_card_ids
+    assert "POISON" not in json.dumps(outs[1].messages)

@@ -1,25 +1,25 @@
-"""The A/B harness: every memory policy, every token budget, the same decisions, one decision LLM.
+"""The A/B harness: `main(cfg)` behind `scripts/evaluate.py` — it measures the product, through the product.
 
-`main(cfg)` (behind `scripts/evaluate.py`) loads episodes, picks decision points (filters, seeded
-`max_decisions` sample), and for each decision × policy × budget builds the prompt with the policy,
-scores the gold action against its distractors with the decision LLM (the teacher backend, so scoring
-shares the teacher's rendering) and appends one JSON record per (policy, budget, decision) to
-`out_dir/records.jsonl` (fsync'd; a rerun skips what is there, so a killed run resumes where it
-stopped). A policy or LLM call that raises is recorded as failed for that decision only.
+For each episode with sampled decisions, one fresh `DecisionAwareMemory` is fed the conversation message
+by message in order (`observe`), and at each decision every policy builds its prompt: card policies through
+that memory's own `build_context` with their valuer (see `damc.eval.policies`), message policies from the
+messages. Deployable policies receive only a `DecisionView` (the messages before the decision and the tools);
+`oracle` and `damc_teacher` also get a `GoldView`. The decision LLM then scores the gold action against its
+distractors on each prompt (prompts that came out identical are scored once per decision).
 
-At the end it aggregates the records into
+Settings per card policy: every budget of `budgets`, then the `sweep` (top-k and value thresholds under one
+budget) — each once per `render` mode (`template` | `raw`, the same for every card policy). One JSON record per
+(policy, setting, decision) goes to `out_dir/records.jsonl`, fsync'd, with the **fingerprint** of everything
+that record depends on (data file, decision filters, decision LLM, memory settings, the policy's options and
+the files of its scorer / labels): a rerun skips records whose fingerprint still matches and redoes the
+others, so a killed run resumes where it stopped and a changed setting never silently reuses old records.
+A policy or LLM call that raises is recorded as failed for that decision only.
 
-* `out_dir/results.json` — `{"policies": {"name@budget": {...}}, "paired": {"name@budget": {...}},
-  "config": {...}}` (medians and 95 % bootstrap intervals; paired bootstrap against `window` at the
-  same budget, on the decisions both succeeded on),
-* `out_dir/results.md` — the table, and
-* `out_dir/pareto.png` — accuracy vs. prompt tokens.
-
-Budget-free policies (`full`) are run once per decision and reported at every budget.
+Aggregation (`damc.eval.results`) writes `results.json`, `results.md` and `pareto.png`.
 
 Example:
     $ python scripts/evaluate.py data.path=data/generated/synthetic/test.jsonl \\
-        policies=[window,bm25,damc_student,oracle] budgets=[512,1024] scorer=runs/scorer out_dir=runs/eval
+        policies=[window,bm25,damc,oracle] budgets=[512,1024] scorer=runs/scorer out_dir=runs/eval
 """
 
 from __future__ import annotations
@@ -39,16 +39,14 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from damc.cards import Card, cards_before, encode_episode, token_counter
-from damc.data.episodes import DecisionPoint, Episode, decision_points, load_episodes, make_distractors
-from damc.eval.metrics import exact_match, multiple_choice, summarize_records as summarize
-from damc.eval.stats import paired_bootstrap
-from damc.eval.policies import Policy, PolicyContext, make_policy
+from damc.data.episodes import DecisionPoint, Episode, decision_points, iter_scalars, load_episodes, make_distractors
+from damc.eval.metrics import exact_match, multiple_choice, parse_action
+from damc.eval.policies import (POLICIES, CardPolicy, DecisionView, GoldView, Policy, PolicyEnv, PolicyOutput, Setting,
+                                gold_values, holds_any, make_policy)
+from damc.eval.results import NO_BUDGET, aggregate, results_table, write_results
 from damc.prompting import action_text, format_prompt
 
 logger = logging.getLogger(__name__)
-
-BASELINE = "window"
-NO_BUDGET = "none"   # the budget field of records of budget-free policies
 
 
 # ----------------------------------------------------------------------------- decision LLM
@@ -82,8 +80,7 @@ class DecisionLLM:
 
     def log_probs(self, messages: Sequence[dict[str, str]], actions: Sequence[str]) -> list[np.ndarray]:
         """Per-token log-probs of each action after the context."""
-        out = self.backend.log_prob_many(list(messages), list(actions))
-        return [np.asarray(x, dtype=float) for x in out]
+        return [np.asarray(x, dtype=float) for x in self.backend.log_prob_many(list(messages), list(actions))]
 
     def generate(self, messages: Sequence[dict[str, str]], max_new_tokens: int = 96) -> str:
         """Greedy generation (backends with `generate`, or an HF `model` attribute)."""
@@ -111,7 +108,13 @@ def load_decision_llm(llm_cfg: Any) -> DecisionLLM:
 
 @dataclass
 class Decision:
-    """One decision point prepared for evaluation (cards and distractors computed once)."""
+    """One decision point prepared for evaluation.
+
+    Attributes:
+        dp: the decision point (gold and future included: only the harness and reference policies see it).
+        cards: the episode's cards before the current user turn (for key-card and confuser checks).
+        distractors: canonical action strings scored against the gold.
+    """
 
     dp: DecisionPoint
     cards: list[Card]
@@ -121,12 +124,25 @@ class Decision:
     def decision_id(self) -> str:
         return self.dp.decision_id
 
+    def confuser_values(self) -> list[str]:
+        """Argument values of the distractors that the gold does not use (an id, a team, a code)."""
+        gold = set(gold_values(self.dp.gold))
+        out: list[str] = []
+        for d in self.distractors:
+            calls = parse_action(d)
+            for _, args in calls if isinstance(calls, list) else []:
+                for x in iter_scalars(args):
+                    s = str(x).strip()
+                    if len(s) >= 2 and s not in gold and s not in out:
+                        out.append(s)
+        return out
+
 
 def select_decisions(episodes: Sequence[Episode], cfg: Any, count_tokens: Any) -> list[Decision]:
-    """Decision points that pass the filters, then a seeded sample of `max_decisions` in episode order.
+    """Decision points that pass the filters, then a seeded sample of `max_decisions`, in episode order.
 
-    Filters: tool-call decisions only (`cfg.data.tool_calls_only`); `cfg.filters`: decisions with recorded key cards only, a minimum
-    number of candidate cards, at least one distractor (always: MC accuracy needs one).
+    Filters: tool-call decisions only (`cfg.data.tool_calls_only`); `cfg.filters`: decisions with recorded key
+    cards only, a minimum number of history cards; at least one distractor (always: MC accuracy needs one).
     """
     f = cfg.filters
     out: list[Decision] = []
@@ -142,9 +158,8 @@ def select_decisions(episodes: Sequence[Episode], cfg: Any, count_tokens: Any) -
             if len(cand) < f.min_history_cards:
                 continue
             dis = make_distractors(ep, dp.index, n=cfg.n_distractors, seed=cfg.seed)
-            if not dis:
-                continue
-            out.append(Decision(dp, cand, dis))
+            if dis:
+                out.append(Decision(dp, cand, dis))
     if cfg.max_decisions and len(out) > cfg.max_decisions:
         keep = set(random.Random(cfg.seed).sample(range(len(out)), cfg.max_decisions))
         out = [d for i, d in enumerate(out) if i in keep]
@@ -154,7 +169,8 @@ def select_decisions(episodes: Sequence[Episode], cfg: Any, count_tokens: Any) -
 # ----------------------------------------------------------------------------- records (resumable)
 
 class RecordLog:
-    """Append-only JSONL of per-decision records, fsync'd per record; reopened runs skip done keys."""
+    """Append-only JSONL of per-decision records, fsync'd per record. On reopen, records are indexed by
+    (policy, setting, decision); `done` also requires the record's fingerprint to match the unit's."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -167,21 +183,20 @@ class RecordLog:
             raw = raw[: raw.rfind(b"\n") + 1]
             with path.open("r+b") as fh:
                 fh.truncate(len(raw))
-        for line in raw.decode("utf-8").splitlines():
+        for n, line in enumerate(raw.decode("utf-8").splitlines(), 1):
             try:
                 r = json.loads(line)
-            except json.JSONDecodeError:
-                logger.warning("skipping an unreadable record in %s", path)
-                continue
-            self.records[self.key(r["policy"], r["budget"], r["decision_id"])] = r
+                self.records[self.key(r["policy"], r["setting"], r["decision_id"])] = r
+            except (json.JSONDecodeError, KeyError, TypeError):
+                logger.warning("%s:%d: skipping an unreadable record (it is redone)", path, n)
 
     @staticmethod
-    def key(policy: str, budget: Any, decision_id: str) -> str:
-        return f"{policy}@{budget}|{decision_id}"
+    def key(policy: str, setting: str, decision_id: str) -> str:
+        return f"{policy}@{setting}|{decision_id}"
 
-    def done(self, policy: str, budget: Any, decision_id: str, retry_failed: bool = False) -> bool:
-        r = self.records.get(self.key(policy, budget, decision_id))
-        return r is not None and not (retry_failed and r.get("failed"))
+    def done(self, policy: str, setting: str, decision_id: str, fingerprint: str, retry_failed: bool = False) -> bool:
+        r = self.records.get(self.key(policy, setting, decision_id))
+        return (r is not None and r.get("fingerprint") == fingerprint and not (retry_failed and r.get("failed")))
 
     def append(self, record: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -189,61 +204,55 @@ class RecordLog:
             fh.write(json.dumps(record, ensure_ascii=False) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
-        self.records[self.key(record["policy"], record["budget"], record["decision_id"])] = record
+        self.records[self.key(record["policy"], record["setting"], record["decision_id"])] = record
 
 
-# ----------------------------------------------------------------------------- one decision
+def file_digest(path: str | os.PathLike | None) -> str | None:
+    """SHA-256 of a file, or of a directory's files (names and contents, sorted); None for no path."""
+    if not path:
+        return None
+    p = Path(path)
+    files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file() and not f.name.startswith("."))
+    h = hashlib.sha256()
+    for f in files:
+        h.update(str(f.relative_to(p) if p.is_dir() else f.name).encode())
+        with f.open("rb") as fh:
+            while block := fh.read(1 << 20):
+                h.update(block)
+    return h.hexdigest()
 
-def evaluate_one(policy: Policy, name: str, budget: Any, d: Decision, llm: DecisionLLM, ctx: PolicyContext,
-                 cache: dict[str, dict[str, Any]], do_exact_match: bool = False) -> dict[str, Any]:
-    """Build the prompt with `policy`, score gold vs. distractors, and return the decision's record.
 
-    `cache` maps a prompt hash to its LLM results within one decision: policies that build the same
-    prompt (e.g. every policy when the whole history fits the budget) are scored once.
+def fingerprints(cfg: Any, options: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Per policy: a hash of everything its records depend on (see the module docstring)."""
+    from omegaconf import OmegaConf
+
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    shared = {"data": file_digest(cfg.data.path), "tool_calls_only": plain["data"].get("tool_calls_only"),
+              "filters": plain["filters"], "max_decisions": plain["max_decisions"], "seed": plain["seed"],
+              "n_distractors": plain["n_distractors"], "llm": plain["llm"], "memory": plain.get("memory"),
+              "exact_match": plain["exact_match"]}
+    out = {}
+    for name, opts in options.items():
+        assets = {k: file_digest(v) for k, v in opts.items() if k in ("scorer", "labels") and v}
+        blob = json.dumps({"shared": shared, "policy": opts, "assets": assets}, sort_keys=True, default=str)
+        out[name] = hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return out
+
+
+# ----------------------------------------------------------------------------- policies and settings
+
+def policy_options(cfg: Any) -> dict[str, dict[str, Any]]:
+    """Per name in `cfg.policies`: the registry policy (`policy`) and its keyword options.
+
+    A name that is not a registry policy is a *variant*: its `policy_options` entry names the registry policy
+    in `policy:` and adds options, e.g. `damc_bfcl: {policy: damc, scorer: runs/bfcl/scorer}`.
+
+    Raises:
+        KeyError: a name that is neither a registry policy nor a variant naming one.
     """
-    dp = d.dp
-    rec: dict[str, Any] = {"policy": name, "budget": budget, "decision_id": d.decision_id,
-                           "episode_id": dp.episode.episode_id, "index": dp.index, "is_tool_call": dp.is_tool_call,
-                           "key_card_ids": dp.key_card_ids, "n_cards": len(d.cards)}
-    try:
-        out = policy.build(dp, d.cards, budget if budget != NO_BUDGET else 10**9, ctx)
-        key = hashlib.sha1(json.dumps(out.messages, ensure_ascii=False).encode()).hexdigest()
-        hit = cache.get(key)
-        if hit is None:
-            actions = [action_text(dp.gold)] + d.distractors
-            t0 = time.perf_counter()
-            lps = llm.log_probs(out.messages, actions)
-            llm_ms = (time.perf_counter() - t0) * 1000.0
-            mc = multiple_choice(lps)
-            hit = {"mc": mc, "llm_ms": llm_ms, "prompt_tokens": llm.prompt_tokens(out.messages), "em": None}
-            if do_exact_match:
-                hit["em"] = exact_match(llm.generate(out.messages), dp.gold)
-            cache[key] = hit
-        mc = hit["mc"]
-        rec.update(failed=False, correct=mc.correct, rank=mc.rank, gold_logprob=mc.gold_logprob,
-                   gold_logprob_per_token=mc.gold_logprob_per_token, n_action_tokens=mc.n_action_tokens,
-                   normalised=mc.normalised, prompt_tokens=hit["prompt_tokens"], history_tokens=out.history_tokens,
-                   overhead_ms=out.overhead_ms, llm_ms=hit["llm_ms"], exact_match=hit["em"],
-                   kept_card_ids=out.kept_card_ids, prompt_hash=key)
-    except Exception as e:  # noqa: BLE001 - one failing policy/decision must not stop the run
-        logger.warning("%s@%s failed on %s: %s: %s", name, budget, d.decision_id, type(e).__name__, e)
-        rec.update(failed=True, error=f"{type(e).__name__}: {e}",
-                   traceback=traceback.format_exc(limit=4)[-2000:])
-    return rec
+    from omegaconf import OmegaConf
 
-
-# ----------------------------------------------------------------------------- main
-
-def build_policies(cfg: Any) -> dict[str, Policy]:
-    """Policies named in `cfg.policies`, with `cfg.policy_options[name]` and the shared scorer/labels paths.
-
-    A name that is not a registry policy is a *variant*: its `policy_options` entry names the registry
-    policy in `policy:` and adds options, e.g. `damc_student_k4: {policy: damc_student, top_k: 4}`; results
-    are keyed by the variant's name.
-    """
-    from damc.eval.policies import POLICIES, CardPolicy
-
-    opts = cfg.get("policy_options") or {}
+    opts = OmegaConf.to_container(cfg.get("policy_options") or {}, resolve=True)
     out = {}
     for name in cfg.policies:
         kw = dict(opts.get(name) or {})
@@ -251,17 +260,180 @@ def build_policies(cfg: Any) -> dict[str, Policy]:
         if base not in POLICIES:
             raise KeyError(f"unknown policy {name!r}: not one of {', '.join(POLICIES)} and no "
                            f"`policy_options.{name}.policy` naming one (e.g. "
-                           f"'+policy_options.{name}={{policy: damc_student, top_k: 4}}')")
-        if base == "damc_student":
+                           f"'+policy_options.{name}={{policy: damc, scorer: PATH}}')")
+        if base == "damc":
             kw.setdefault("scorer", cfg.scorer)
         if base == "damc_knn":
             kw.setdefault("labels", cfg.labels_path)
-        if base.startswith("damc_") and cfg.get("compress") is not None:
-            kw.setdefault("compress", bool(cfg.compress))
-        out[name] = pol = make_policy(base, **kw)
-        if isinstance(pol, CardPolicy):
-            pol.reuse_scores = True   # one scoring per decision for all budgets (its time still counts)
+        out[name] = {"policy": base, **kw}
     return out
+
+
+def settings_for(policy: Policy, cfg: Any) -> list[Setting]:
+    """The evaluation points of a policy: each budget, then (card policies) the top-k / threshold sweep under
+    `sweep.budget` (default: the largest budget), each in every `render` mode for card policies."""
+    budgets = [int(b) for b in cfg.budgets]
+    if not policy.budgeted:
+        return [Setting(max(budgets))]
+    if not isinstance(policy, CardPolicy):
+        return [Setting(b) for b in budgets]
+    renders = [str(r) for r in (cfg.get("render") or ["template"])]
+    out = [Setting(b, render=r) for r in renders for b in budgets]
+    if policy.sweepable:
+        sw = cfg.get("sweep") or {}
+        sb = int(sw.get("budget") or max(budgets))
+        out += [Setting(sb, top_k=int(k), render=r) for r in renders for k in sw.get("top_k") or []]
+        out += [Setting(sb, threshold=float(t), render=r) for r in renders for t in sw.get("threshold") or []]
+    return out
+
+
+def setting_key(policy: Policy, setting: Setting) -> str:
+    return setting.key if policy.budgeted else NO_BUDGET
+
+
+# ----------------------------------------------------------------------------- running
+
+@dataclass
+class Unit:
+    """One (policy, setting) column of the evaluation."""
+
+    name: str
+    policy: Policy
+    setting: Setting
+    key: str
+    fingerprint: str
+
+
+def new_memory(cfg: Any, llm: DecisionLLM) -> Any:
+    """A fresh in-memory `DecisionAwareMemory` counting tokens with the decision LLM's tokenizer."""
+    from damc.runtime.memory import DecisionAwareMemory, MemoryConfig
+
+    mem_cfg = dict(cfg.get("memory") or {})
+    encoder = mem_cfg.pop("encoder", "minilm-l6")
+    return DecisionAwareMemory(None, encoder=encoder, tokenizer=llm.tokenizer, config=MemoryConfig(**mem_cfg))
+
+
+def score_prompt(out: PolicyOutput, d: Decision, llm: DecisionLLM, cache: dict[str, dict[str, Any]],
+                 do_exact_match: bool) -> dict[str, Any]:
+    """MC scores of the gold vs distractors on this prompt (identical prompts within a decision: once)."""
+    key = hashlib.sha1(json.dumps(out.messages, ensure_ascii=False).encode()).hexdigest()
+    hit = cache.get(key)
+    if hit is None:
+        t0 = time.perf_counter()
+        mc = multiple_choice(llm.log_probs(out.messages, [action_text(d.dp.gold)] + d.distractors))
+        hit = {"mc": mc, "llm_ms": (time.perf_counter() - t0) * 1000.0, "prompt_tokens": llm.prompt_tokens(out.messages),
+               "em": exact_match(llm.generate(out.messages), d.dp.gold) if do_exact_match else None, "hash": key}
+        cache[key] = hit
+    return hit
+
+
+def evaluate_unit(unit: Unit, d: Decision, view: DecisionView, env: PolicyEnv, llm: DecisionLLM, memory: Any,
+                  valuer: Any, cache: dict[str, dict[str, Any]], cfg: Any, value_ms: dict[str, float]) -> dict[str, Any]:
+    """Build the prompt of one unit at one decision, score it, and return the record (failures recorded)."""
+    dp, s = d.dp, unit.setting
+    rec: dict[str, Any] = {"policy": unit.name, "setting": unit.key, "budget": s.budget if unit.policy.budgeted
+                           else NO_BUDGET, "top_k": s.top_k, "threshold": s.threshold, "render": s.render,
+                           "kind": unit.policy.kind, "decision_id": d.decision_id, "episode_id": dp.episode.episode_id,
+                           "index": dp.index, "is_tool_call": dp.is_tool_call, "key_card_ids": dp.key_card_ids,
+                           "n_cards": len(d.cards), "fingerprint": unit.fingerprint}
+    try:
+        out = unit.policy.build(view, s, env, memory=memory, valuer=valuer)
+        hit = score_prompt(out, d, llm, cache, bool(cfg.exact_match))
+        t = out.timings_ms
+        # values are cached across the settings of a decision: charge every setting the first (uncached) valuing
+        first = value_ms.setdefault(unit.name, t.get("value", 0.0))
+        overhead = t.get("total", 0.0) - t.get("ingest", 0.0) - t.get("value", 0.0) + first
+        kept = set(out.kept_card_ids)
+        text = {c.card_id: c.raw_text for c in d.cards}
+        confusers = d.confuser_values()
+        mc = hit["mc"]
+        rec.update(failed=False, correct=mc.correct, rank=mc.rank, gold_logprob=mc.gold_logprob,
+                   gold_logprob_per_token=mc.gold_logprob_per_token, n_action_tokens=mc.n_action_tokens,
+                   normalised=mc.normalised, prompt_tokens=hit["prompt_tokens"], history_tokens=out.history_tokens,
+                   overhead_ms=overhead, value_ms=first, llm_ms=hit["llm_ms"], exact_match=hit["em"],
+                   kept_card_ids=out.kept_card_ids, n_candidates=len(out.candidate_ids),
+                   key_in_candidates=[k for k in dp.key_card_ids if k in set(out.candidate_ids)],
+                   confuser=(any(holds_any(text.get(c, ""), confusers) for c in kept) if confusers else None),
+                   prompt_hash=hit["hash"])
+    except Exception as e:  # noqa: BLE001 - one failing policy/decision must not stop the run
+        logger.warning("%s@%s failed on %s: %s: %s", unit.name, unit.key, d.decision_id, type(e).__name__, e)
+        rec.update(failed=True, error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc(limit=4)[-2000:])
+    return rec
+
+
+def run_episode(decisions: list[Decision], units: list[Unit], valuers: dict[str, Any], env: PolicyEnv,
+                llm: DecisionLLM, log: RecordLog, cfg: Any, bar: Any) -> None:
+    """One fresh memory for an episode, fed in order; every unit at each of its decisions."""
+    memory = new_memory(cfg, llm)
+    try:
+        for d in decisions:
+            todo = [u for u in units if not log.done(u.name, u.key, d.decision_id, u.fingerprint, cfg.retry_failed)]
+            view = DecisionView.of(d.dp)
+            memory.observe(view.messages, view.session_id)  # ingestion is not a policy's overhead
+            if not todo:
+                continue
+            cache: dict[str, dict[str, Any]] = {}
+            value_ms: dict[str, float] = {}
+            gold_valuers: dict[str, Any] = {}
+            for u in todo:
+                valuer = valuers.get(u.name)
+                if isinstance(u.policy, CardPolicy) and u.policy.needs_gold:
+                    if u.name not in gold_valuers:
+                        gold_valuers[u.name] = _cached(u.policy.make_valuer(env, GoldView.of(d.dp)))
+                    valuer = gold_valuers[u.name]
+                log.append(evaluate_unit(u, d, view, env, llm, memory, valuer, cache, cfg, value_ms))
+                bar.update(1)
+    finally:
+        memory.close()
+
+
+def _cached(valuer: Any) -> Any:
+    """A valuer behind a cache without expiry: one decision's settings value its candidates once."""
+    from damc.runtime.valuers import CachedValuer
+
+    return CachedValuer(valuer, ttl_s=float("inf"))
+
+
+def warm_up(units: list[Unit], d: Decision, valuers: dict[str, Any], env: PolicyEnv, llm: DecisionLLM,
+            cfg: Any) -> None:
+    """Build one prompt per deployable policy untimed (in a throwaway memory), so model loading does not count
+    as policy overhead."""
+    memory = new_memory(cfg, llm)
+    view = DecisionView.of(d.dp)
+    memory.observe(view.messages, view.session_id)
+    seen = set()
+    for u in units:
+        if u.name in seen or u.policy.needs_gold:
+            continue
+        seen.add(u.name)
+        try:
+            u.policy.build(view, u.setting, env, memory=memory, valuer=valuers.get(u.name))
+        except Exception as e:  # noqa: BLE001 - the real run records the failure per decision
+            logger.warning("warm-up of %s failed: %s: %s", u.name, type(e).__name__, e)
+    memory.close()
+    for v in valuers.values():  # the real run values the warm-up decision afresh (timed)
+        _clear_caches(v)
+
+
+def _clear_caches(valuer: Any) -> None:
+    """Empty every `CachedValuer` inside a (composed) valuer."""
+    if valuer is None:
+        return
+    if hasattr(valuer, "clear"):
+        valuer.clear()
+    for child in ("inner", "prior", "learned"):
+        _clear_caches(getattr(valuer, child, None))
+
+
+def build_units(cfg: Any) -> tuple[list[Unit], dict[str, Policy]]:
+    """Policies of `cfg.policies` and their (policy, setting) units with fingerprints."""
+    opts = policy_options(cfg)
+    fps = fingerprints(cfg, opts)
+    policies = {name: make_policy(o["policy"], **{k: v for k, v in o.items() if k != "policy"})
+                for name, o in opts.items()}
+    units = [Unit(name, pol, s, setting_key(pol, s), fps[name]) for name, pol in policies.items()
+             for s in settings_for(pol, cfg)]
+    return units, policies
 
 
 def main(cfg: Any) -> dict[str, Any]:
@@ -271,155 +443,50 @@ def main(cfg: Any) -> dict[str, Any]:
 
     out_dir = Path(cfg.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    budgets = [int(b) for b in cfg.budgets]
+    units, policies = build_units(cfg)
     llm = load_decision_llm(cfg.llm)
-    ctx = PolicyContext(count_tokens=llm.count_tokens, llm=llm.backend, window_tokens=llm.window)
+    env = PolicyEnv(count_tokens=llm.count_tokens, llm=llm.backend, window_tokens=llm.window)
     decisions = select_decisions(load_episodes(cfg.data.path), cfg, llm.count_tokens)
     if not decisions:
         raise ValueError(f"no decisions in {cfg.data.path} pass the filters {dict(cfg.filters)}")
-    policies = build_policies(cfg)
     log = RecordLog(out_dir / "records.jsonl")
-    units = [(n, p, b) for n, p in policies.items() for b in (budgets if p.budgeted else [NO_BUDGET])]
-    todo = sum(not log.done(n, b, d.decision_id, cfg.retry_failed) for d in decisions for n, _, b in units)
-    logger.info("%d decisions x %d policy/budget units: %d to run (%d done)", len(decisions), len(units), todo,
+    todo = sum(not log.done(u.name, u.key, d.decision_id, u.fingerprint, cfg.retry_failed)
+               for d in decisions for u in units)
+    logger.info("%d decisions x %d policy/setting units: %d to run (%d done)", len(decisions), len(units), todo,
                 len(decisions) * len(units) - todo)
-    warm_up(policies, decisions[0], budgets[0], ctx)
+    valuers = {n: _cached(p.make_valuer(env)) for n, p in policies.items()
+               if isinstance(p, CardPolicy) and not p.needs_gold}
+    if todo:
+        warm_up(units, decisions[0], valuers, env, llm, cfg)
+    by_episode: dict[str, list[Decision]] = {}
+    for d in decisions:
+        by_episode.setdefault(d.dp.episode.episode_id, []).append(d)
     with tqdm(total=todo, desc="evaluate", unit="prompt", disable=not cfg.progress) as bar:
-        for d in decisions:
-            cache: dict[str, dict[str, Any]] = {}
-            for name, pol, b in units:
-                if log.done(name, b, d.decision_id, cfg.retry_failed):
-                    continue
-                log.append(evaluate_one(pol, name, b, d, llm, ctx, cache, cfg.exact_match))
-                bar.update(1)
+        for eps in by_episode.values():
+            if any(not log.done(u.name, u.key, d.decision_id, u.fingerprint, cfg.retry_failed) for d in eps for u in units):
+                run_episode(sorted(eps, key=lambda d: d.dp.index), units, valuers, env, llm, log, cfg, bar)
     config = OmegaConf.to_container(cfg, resolve=True)
-    config["decision_llm"] = llm.name
-    config["hardware"] = hardware()
-    results = aggregate([r for r in log.records.values()], [d.decision_id for d in decisions], list(policies),
-                        budgets, config, n_boot=cfg.n_boot, seed=cfg.seed)
+    config.update(decision_llm=llm.name, hardware=hardware())
+    current = {RecordLog.key(u.name, u.key, d.decision_id) for d in decisions for u in units}
+    results = aggregate([r for k, r in log.records.items() if k in current], [d.decision_id for d in decisions],
+                        [u.name for u in units], config, n_boot=cfg.n_boot, seed=cfg.seed)
     write_results(out_dir, results)
     return results
-
-
-def warm_up(policies: dict[str, Policy], d: Decision, budget: int, ctx: PolicyContext) -> None:
-    """Build one prompt per policy untimed, so model loading does not count as policy overhead."""
-    for name, pol in policies.items():
-        try:
-            pol.build(d.dp, d.cards, budget, ctx)
-        except Exception as e:  # noqa: BLE001 - the real run records the failure per decision
-            logger.warning("warm-up of %s failed: %s: %s", name, type(e).__name__, e)
 
 
 def hardware() -> dict[str, Any]:
     """Where the run happened (for the results' provenance)."""
     import torch
 
-    info = {"platform": platform.platform(), "cpu": platform.processor() or platform.machine(),
+    return {"platform": platform.platform(), "cpu": platform.processor() or platform.machine(),
             "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
-    return info
-
-
-# ----------------------------------------------------------------------------- aggregation and reports
-
-def aggregate(records: Iterable[dict[str, Any]], decision_ids: Sequence[str], policies: Sequence[str],
-              budgets: Sequence[int], config: dict[str, Any], *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
-    """results.json from records: one entry per policy@budget, paired deltas vs. `window@budget`."""
-    wanted = set(decision_ids)
-    by: dict[tuple[str, Any], dict[str, dict[str, Any]]] = {}
-    for r in records:
-        if r["decision_id"] in wanted and r["policy"] in policies:
-            by.setdefault((r["policy"], r["budget"]), {})[r["decision_id"]] = r
-    res: dict[str, Any] = {"policies": {}, "paired": {}, "config": config}
-    for name in policies:
-        for b in budgets:
-            recs = by.get((name, b)) or by.get((name, NO_BUDGET))
-            if not recs:
-                continue
-            entry = summarize(list(recs.values()), n_boot=n_boot, seed=seed)
-            entry.update(policy=name, budget=b)
-            res["policies"][f"{name}@{b}"] = entry
-            base = by.get((BASELINE, b))
-            if name == BASELINE or not base:
-                continue
-            common = [i for i in decision_ids if i in recs and i in base
-                      and not recs[i].get("failed") and not base[i].get("failed")]
-            pb = paired_bootstrap([float(recs[i]["correct"]) for i in common],
-                                  [float(base[i]["correct"]) for i in common], n_boot=n_boot, seed=seed)
-            tok = [recs[i]["prompt_tokens"] / max(base[i]["prompt_tokens"], 1) for i in common]
-            res["paired"][f"{name}@{b}"] = {"vs": f"{BASELINE}@{b}", "accuracy_delta": pb["delta"], "ci": pb["ci"],
-                                            "n": pb["n"], "p_le_0": pb["p_le_0"],
-                                            "prompt_token_ratio": float(np.median(tok)) if tok else float("nan")}
-    return res
-
-
-def _f(x: Any, nd: int = 3) -> str:
-    return "–" if x is None or (isinstance(x, float) and not np.isfinite(x)) else f"{x:.{nd}f}"
-
-
-def results_table(results: dict[str, Any]) -> str:
-    """The results as a Markdown table (one row per policy@budget, grouped by budget)."""
-    rows = ["| policy | budget | accuracy [95% CI] | Δacc vs window [95% CI] | tokens vs window | gold logp (median) "
-            "| prompt tokens (median) | key recall | overhead ms p50 | LLM ms p50 | n | failed |",
-            "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    entries = sorted(results["policies"].items(), key=lambda kv: (kv[1]["budget"], kv[0]))
-    for key, e in entries:
-        p = results["paired"].get(key)
-        delta = f"{p['accuracy_delta']:+.3f} [{_f(p['ci'][0])}, {_f(p['ci'][1])}]" if p else "(baseline)"
-        ratio = _f(p["prompt_token_ratio"], 2) if p else "1.00"
-        rows.append(f"| {e['policy']} | {e['budget']} | {_f(e['accuracy'])} [{_f(e['accuracy_ci'][0])}, "
-                    f"{_f(e['accuracy_ci'][1])}] | {delta} | {ratio} | {_f(e['gold_logprob'], 2)} | "
-                    f"{_f(e['prompt_tokens'], 0)} | {_f(e.get('key_recall'), 2)} | {_f(e['overhead_ms_p50'], 1)} | "
-                    f"{_f(e['llm_ms_p50'], 0)} | {e['n_decisions']} | {e['n_failed']} |")
-    return "\n".join(rows) + "\n"
-
-
-def plot_pareto(results: dict[str, Any], path: Path) -> None:
-    """Accuracy vs. median prompt tokens, one line per policy across budgets, 95 % CI bars."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7.5, 5))
-    names = list(dict.fromkeys(e["policy"] for e in results["policies"].values()))
-    for name in names:
-        es = sorted((e for e in results["policies"].values() if e["policy"] == name), key=lambda e: e["budget"])
-        x = [e["prompt_tokens"] for e in es]
-        y = [e["accuracy"] for e in es]
-        err = [[max(e["accuracy"] - e["accuracy_ci"][0], 0) for e in es],
-               [max(e["accuracy_ci"][1] - e["accuracy"], 0) for e in es]]
-        style = "--" if name in ("oracle", "damc_teacher") else "-"
-        ax.errorbar(x, y, yerr=err, marker="o", linestyle=style, capsize=3, label=name)
-    ax.set_xlabel("prompt tokens (median, decision-LLM tokenizer)")
-    ax.set_ylabel("decision accuracy (multiple choice)")
-    ax.set_xscale("log")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, ncol=2)
-    llm = results.get("config", {}).get("decision_llm", "")
-    ax.set_title(f"Accuracy vs. prompt tokens ({llm})", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def print_summary(cfg: Any, results: dict[str, Any]) -> None:
     """The results table and where the files are (after `scripts/evaluate.py`)."""
     print(results_table(results))
     print(f"results: {cfg.out_dir}/results.json  table: {cfg.out_dir}/results.md  plot: {cfg.out_dir}/pareto.png")
-
-
-def write_results(out_dir: Path, results: dict[str, Any]) -> None:
-    """results.json, results.md and pareto.png into `out_dir`."""
-    from damc.data.episodes import atomic_write_text
-
-    atomic_write_text(out_dir / "results.json", json.dumps(results, indent=2, default=str))
-    cfg = results.get("config", {})
-    head = (f"# DAMC A/B results\n\ndata: `{cfg.get('data', {}).get('path')}` · decision LLM: "
-            f"`{cfg.get('decision_llm')}` · hardware: {cfg.get('hardware', {}).get('cpu_count')} CPUs "
-            f"({cfg.get('hardware', {}).get('cuda') or 'no GPU'})\n\n")
-    atomic_write_text(out_dir / "results.md", head + results_table(results))
-    plot_pareto(results, out_dir / "pareto.png")
 
 
 if __name__ == "__main__":  # python -m damc.eval.harness KEY=VALUE ...  (configs: damc/configs/evaluate.yaml)

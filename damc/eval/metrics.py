@@ -181,9 +181,13 @@ def hit_at_k(scores: Sequence[float], is_key: Sequence[bool], k: int) -> float:
 
 
 def summarize_records(records: Sequence[dict[str, Any]], *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
-    """Aggregate per-decision records of one policy@budget into the results.json entry.
+    """Aggregate per-decision records of one policy@setting into the results.json entry.
 
-    Failed records count in `n_failed` only; every other figure is over the successful decisions.
+    Failed records count in `n_failed` only; every other figure is over the successful decisions. Memory
+    metrics are over decisions with key cards: `key_recall` (share of key cards kept), `key_hit` (at least one
+    kept), `candidate_recall` (share of key cards among the candidates), `confuser_rate` (the context holds a
+    distractor's argument value that the gold does not use; decisions whose distractors add no value are left
+    out of it).
     """
     ok = [r for r in records if not r.get("failed")]
     acc = [float(r["correct"]) for r in ok]
@@ -210,6 +214,13 @@ def summarize_records(records: Sequence[dict[str, Any]], *, n_boot: int = 1000, 
     if keyed:
         out["key_recall"] = float(np.mean([len(set(r["key_card_ids"]) & set(r["kept_card_ids"]))
                                            / len(r["key_card_ids"]) for r in keyed]))
+        out["key_hit"] = float(np.mean([bool(set(r["key_card_ids"]) & set(r["kept_card_ids"])) for r in keyed]))
+        cand = [r for r in keyed if r.get("key_in_candidates") is not None]
+        if cand:
+            out["candidate_recall"] = float(np.mean([len(r["key_in_candidates"]) / len(r["key_card_ids"]) for r in cand]))
+        conf = [r["confuser"] for r in keyed if r.get("confuser") is not None]
+        if conf:
+            out["confuser_rate"] = float(np.mean(conf))
         out["accuracy_key_decisions"] = float(np.mean([float(r["correct"]) for r in keyed]))
         out["n_key_decisions"] = len(keyed)
     em = [r["exact_match"] for r in ok if r.get("exact_match") is not None]

@@ -1,33 +1,40 @@
-"""`make demo`: the whole DAMC pipeline on small embedded defaults (configs/demo.yaml).
+"""`make demo` and `make reproduce`: the whole DAMC pipeline, stage by stage, on a profile.
 
-synthetic data → teacher labels (a small train subset) → scorer training (a few hundred steps at
-most) → export → A/B evaluation on held-out test episodes → the table and where the plot is.
+    data → labels (the teacher) → train (the student) → export → evaluate (dev sweep → operating points → test)
 
-Each stage calls the real entry point of its module (`main(cfg)`) with that module's own Hydra config
-composed and shrunk by the overrides listed in `configs/demo.yaml`, so the demo exercises exactly
-what users run. Stages whose output already exists are skipped (delete `out_dir` to start over), and
-`reproduce.py` reuses the same runner with full-size profiles.
+Each stage calls the real entry point of its module (`main(cfg)`) with that module's own Hydra config composed
+(from the configs shipped in the package) and shrunk by the overrides of the profile (`configs/demo.yaml`, or a
+study profile `configs/experiment/study_*.yaml` applied to it), so the demo exercises exactly what users run.
+
+A finished stage leaves a marker (`<out_dir>/stages/<stage>.json`) holding the **fingerprint** of its composed
+config and of the stages before it; a rerun skips a stage only when its fingerprint still matches, so a changed
+setting reruns that stage and everything after it instead of silently reusing old outputs. The evaluation's own
+records are fingerprinted per decision (`damc.eval.harness`), so a killed evaluation resumes.
+
+With `evaluate.dev_sweep=true` the harness first runs on the dev split with the sweep (top-k / thresholds),
+`damc.eval.results.operating_points` picks each policy's setting there, and the test split is then reported at
+those points (`eval/operating_points.json`); nothing is chosen on test.
+
+Output: one line per stage with its time, the progress bars of the long stages, then the results table.
 
 Example:
-    $ python scripts/demo.py                       # ~15 minutes on 2 CPU cores
-    $ python scripts/demo.py out_dir=runs/demo2 eval.max_decisions=20
+    $ python scripts/demo.py                       # a few minutes on 2 CPU cores
+    $ python scripts/reproduce.py study_synthetic  # a full-size study profile
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import logging
 import time
 from pathlib import Path
 from typing import Any, Callable
-
-logger = logging.getLogger(__name__)
 
 STAGES = ("data", "label", "train", "export", "evaluate")
 
 
 def compose_stage(config_name: str, overrides: list[str]) -> Any:
-    """A module's real Hydra config (configs/`config_name`.yaml) with overrides, outside `@hydra.main`."""
+    """A module's real Hydra config (`damc/configs/<config_name>.yaml`) with overrides, outside `@hydra.main`."""
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
@@ -45,7 +52,13 @@ def _q(x: Any) -> str:
     return str(x)
 
 
-def stage_overrides(cfg: Any, stage: str, paths: dict[str, Path]) -> list[str]:
+def stage_paths(out: Path) -> dict[str, Path]:
+    return {"data": out / "data", "labels": out / "labels", "run": out / "run", "scorer": out / "scorer",
+            "eval": out / "eval", "eval_dev": out / "eval_dev", "label_input": out / "label_input.jsonl",
+            "stages": out / "stages"}
+
+
+def stage_overrides(cfg: Any, stage: str, paths: dict[str, Path], split: str | None = None) -> list[str]:
     """The overrides of one stage: its paths, then the profile's extra overrides (`cfg.<stage>.overrides`)."""
     extra = [str(o) for o in (cfg[stage].get("overrides") or [])]
     if stage == "data":
@@ -58,9 +71,13 @@ def stage_overrides(cfg: Any, stage: str, paths: dict[str, Path]) -> list[str]:
     elif stage == "export":
         base = [f"run_dir={paths['run']}", f"out={paths['scorer']}"]
     else:
-        base = [f"data.path={paths['data'] / (cfg.evaluate.split + '.jsonl')}", f"out_dir={paths['eval']}",
-                f"scorer={paths['scorer']}", f"labels_path={paths['labels']}",
-                f"policies={_q(cfg.evaluate.policies)}", f"budgets={_q(cfg.evaluate.budgets)}", f"seed={cfg.seed}"]
+        split = split or cfg.evaluate.split
+        out = paths["eval_dev"] if split == "dev" and split != cfg.evaluate.split else paths["eval"]
+        base = [f"data.path={paths['data'] / (split + '.jsonl')}", f"out_dir={out}", f"scorer={paths['scorer']}",
+                f"labels_path={paths['labels']}", f"policies={_q(cfg.evaluate.policies)}",
+                f"budgets={_q(cfg.evaluate.budgets)}", f"seed={cfg.seed}"]
+        if cfg.evaluate.get("render"):
+            base.append(f"render={_q(cfg.evaluate.render)}")
     return base + extra
 
 
@@ -85,13 +102,6 @@ def label_subset(train: Path, out: Path, n_episodes: int | None, calls_per_episo
     return write_episodes(out, cut_eps)
 
 
-def _done(stage: str, paths: dict[str, Path]) -> bool:
-    marker = {"data": paths["data"] / "test.jsonl", "label": paths["labels"] / "summary.json",
-              "train": paths["run"] / "metrics.json", "export": paths["scorer"] / "damc_scorer.json",
-              "evaluate": None}[stage]
-    return marker is not None and marker.exists()
-
-
 def _stage_main(stage: str) -> tuple[str, Callable[[Any], dict[str, Any]]]:
     """(config name, main function) of a stage; imported lazily so a missing module is a clear error."""
     if stage == "data":
@@ -110,59 +120,116 @@ def _stage_main(stage: str) -> tuple[str, Callable[[Any], dict[str, Any]]]:
     return "evaluate", main
 
 
+def fingerprint(name: str, stage_cfg: Any, before: str) -> str:
+    """Hash of a composed stage config and the fingerprint of the stages before it."""
+    from omegaconf import OmegaConf
+
+    text = OmegaConf.to_yaml(stage_cfg, resolve=True)
+    return hashlib.sha256(f"{before}|{name}|{text}".encode()).hexdigest()[:16]
+
+
+def _marker(paths: dict[str, Path], stage: str) -> Path:
+    return paths["stages"] / f"{stage}.json"
+
+
+def _is_done(paths: dict[str, Path], stage: str, fp: str) -> bool:
+    m = _marker(paths, stage)
+    try:
+        return json.loads(m.read_text()).get("fingerprint") == fp
+    except (OSError, json.JSONDecodeError):
+        return False
+
+
+def _mark_done(paths: dict[str, Path], stage: str, fp: str, seconds: float) -> None:
+    from damc.data.episodes import atomic_write_text
+
+    paths["stages"].mkdir(parents=True, exist_ok=True)
+    atomic_write_text(_marker(paths, stage), json.dumps({"fingerprint": fp, "seconds": round(seconds, 1),
+                                                         "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}))
+
+
+def _say(i: int, stage: str, text: str) -> None:
+    print(f"[{i}/{len(STAGES)}] {stage:<9} {text}", flush=True)
+
+
+def _evaluate(cfg: Any, paths: dict[str, Path], fn: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
+    """The evaluate stage: optionally a dev sweep and its operating points, then the test split."""
+    from damc.data.episodes import atomic_write_text
+    from damc.eval.results import operating_points
+
+    ops = None
+    if cfg.evaluate.get("dev_sweep"):
+        dev = fn(compose_stage("evaluate", stage_overrides(cfg, "evaluate", paths, "dev")))
+        ops = operating_points(dev)
+        paths["eval"].mkdir(parents=True, exist_ok=True)
+        atomic_write_text(paths["eval"] / "operating_points.json", json.dumps(ops, indent=2))
+    res = fn(compose_stage("evaluate", stage_overrides(cfg, "evaluate", paths)))
+    return {"results": res, "operating": ops}
+
+
 def run_pipeline(cfg: Any) -> dict[str, Any]:
-    """Run the stages of `cfg` in order into `cfg.out_dir`; returns the evaluation results and timings."""
+    """Run the stages of `cfg` in order into `cfg.out_dir`; returns the evaluation results and stage times."""
     out = Path(cfg.out_dir)
-    paths = {"data": out / "data", "labels": out / "labels", "run": out / "run", "scorer": out / "scorer",
-             "eval": out / "eval", "label_input": out / "label_input.jsonl"}
+    paths = stage_paths(out)
     timings: dict[str, float] = {}
     results: dict[str, Any] = {}
-    for stage in STAGES:
+    before = ""
+    for i, stage in enumerate(STAGES, 1):
+        name, fn = _stage_main(stage)
+        stage_cfg = compose_stage(name, stage_overrides(cfg, stage, paths))
+        fp = fingerprint(stage, stage_cfg, before + json.dumps([cfg[stage].get(k) for k in ("n_episodes",
+                                                                 "calls_per_episode", "dev_sweep")], default=str))
+        before = fp
         if stage in (cfg.get("skip") or []):
-            logger.info("[%s] skipped (skip=%s)", stage, list(cfg.skip))
+            _say(i, stage, f"skipped (skip={list(cfg.skip)})")
             continue
-        if _done(stage, paths):
-            print(f"[{stage}] already done in {out} (delete it to redo)", flush=True)
+        if _is_done(paths, stage, fp):
+            _say(i, stage, f"done earlier (same settings; {_marker(paths, stage)})")
             continue
         if stage == "label":
             label_subset(paths["data"] / "train.jsonl", paths["label_input"], cfg.label.get("n_episodes"),
                          cfg.label.get("calls_per_episode"))
-        name, fn = _stage_main(stage)
-        overrides = stage_overrides(cfg, stage, paths)
-        print(f"[{stage}] {name} " + " ".join(overrides), flush=True)
         t0 = time.perf_counter()
-        res = fn(compose_stage(name, overrides))
+        res = _evaluate(cfg, paths, fn) if stage == "evaluate" else fn(stage_cfg)
         timings[stage] = round(time.perf_counter() - t0, 1)
-        print(f"[{stage}] done in {timings[stage]:.0f} s", flush=True)
+        _mark_done(paths, stage, fp, timings[stage])
+        _say(i, stage, f"{timings[stage]:7.1f} s  → {_stage_output(stage, paths)}")
         if stage == "evaluate":
             results = res
     if not results and (paths["eval"] / "results.json").exists():
-        results = json.loads((paths["eval"] / "results.json").read_text())
-    return {"results": results, "timings_s": timings, "paths": {k: str(v) for k, v in paths.items()}}
+        ops_file = paths["eval"] / "operating_points.json"
+        results = {"results": json.loads((paths["eval"] / "results.json").read_text()),
+                   "operating": json.loads(ops_file.read_text()) if ops_file.exists() else None}
+    return {"results": results.get("results", {}), "operating": results.get("operating"), "timings_s": timings,
+            "paths": {k: str(v) for k, v in paths.items()}}
+
+
+def _stage_output(stage: str, paths: dict[str, Path]) -> Path:
+    return {"data": paths["data"], "label": paths["labels"], "train": paths["run"], "export": paths["scorer"],
+            "evaluate": paths["eval"]}[stage]
 
 
 def main(cfg: Any) -> dict[str, Any]:
     """`make demo`: run the pipeline, print the results table and where the files are."""
-    from damc.eval.harness import results_table
+    from damc.eval.results import results_table
 
     t0 = time.perf_counter()
     out = run_pipeline(cfg)
     eval_dir = Path(out["paths"]["eval"])
     if out["results"]:
         print("\n" + results_table(out["results"]))
-    print(f"stage times (s): {out['timings_s']}  total: {time.perf_counter() - t0:.0f} s")
+    print(f"total {time.perf_counter() - t0:.0f} s; stage times (s): {out['timings_s']}")
     print(f"results: {eval_dir / 'results.json'}\ntable:   {eval_dir / 'results.md'}\nplot:    {eval_dir / 'pareto.png'}")
     return out
 
 
 def reproduce(profiles: list[str], overrides: list[str] | None = None) -> dict[str, Any]:
-    """`make reproduce`: the demo pipeline once per study profile (`configs/experiment/<profile>.yaml`).
+    """`make reproduce`: the pipeline once per study profile (`configs/experiment/<profile>.yaml`).
 
-    Returns `{profile: {"results", "timings_s", "paths"}}`, prints each results table and writes
-    `<out_dir>/report.md`: the README's policy × budget table and the study's targets, checked (`damc.eval.report`).
+    Returns `{profile: {"results", "operating", "timings_s", "paths"}}`, prints each report and writes
+    `<out_dir>/report.md`: the README's table, the Pareto front, the operating points and the targets checked.
     """
     from damc.data.episodes import atomic_write_text
-    from damc.eval.harness import results_table
     from damc.eval.report import report
 
     out: dict[str, Any] = {}
@@ -172,8 +239,7 @@ def reproduce(profiles: list[str], overrides: list[str] | None = None) -> dict[s
         res = run_pipeline(cfg)
         out[prof] = res
         if res["results"]:
-            print(results_table(res["results"]), flush=True)
-            text = report({prof: res["results"]})
+            text = report({prof: res["results"]}, operating={prof: res["operating"]} if res["operating"] else None)
             atomic_write_text(Path(cfg.out_dir) / "report.md", text)
             print(text + f"\nreport: {Path(cfg.out_dir) / 'report.md'}", flush=True)
     return out

@@ -1,76 +1,152 @@
-"""Memory policies compared by the A/B harness: what history goes into the prompt for one decision.
+"""Memory policies the A/B harness compares — the product and its competitors, through one code path.
 
-Every policy answers one question through one interface:
+**Card policies are valuers plugged into the runtime.** Per episode the harness feeds one fresh
+`DecisionAwareMemory` the conversation in order, and at each decision every card policy calls that memory's
+own `build_context` with its valuer: the same candidates (FAISS top-N ∪ recent ∪ pinned, capped), the same
+packing rule (`damc.runtime.select`), the same compressor and the same assembly. They differ only in how they
+value cards. `damc` is the runtime exactly as `DecisionAwareMemory(path, scorer=...)` runs for a user
+(`damc.runtime.memory.default_valuer`); `heuristic` is the runtime without a scorer.
 
-    out = policy.build(dp, cards, budget, ctx)   # -> PolicyOutput(messages, kept_card_ids, ...)
+**Message policies** (`full`, `window`, `obs_mask`) keep chat messages instead of cards.
 
-`dp` is the `DecisionPoint`, `cards` its candidate cards (built from the messages before the current
-user turn, see docs/ARCHITECTURE.md), `budget` the token cap of the *history part* of the prompt (the
-system prompt, the tools and the current turn are always kept verbatim and never count against it),
-and `ctx` the shared `PolicyContext` (decision-LLM token counter, the decision LLM itself). The
-messages always come from `damc.prompting.build_decision_messages`, so every policy is scored on the
-same rendering.
+**Gold-free view.** A deployable policy receives a `DecisionView` — the messages before the decision and the
+tools — and nothing else: no gold action, no future message, no key-card ids. Only the references `oracle`
+and `damc_teacher` receive the gold, through an explicit `GoldView` argument (`needs_gold = True`).
 
-Policies (names as in `POLICIES`):
+| name | kind | how it values / keeps | sees the gold |
+| --- | --- | --- | --- |
+| `damc` | card | the runtime's default valuer with the student scorer (`scorer=`) | no |
+| `heuristic` | card | the runtime's default valuer without a scorer (the cold-start prior) | no |
+| `recency` | card | newest first | no |
+| `similarity` | card | embedding cosine (the memory's own encoder and cached embeddings) | no |
+| `bm25` | card | Okapi BM25 (bm25s) of the decision query over the candidates | no |
+| `llm_judge` | card | the seed's 0–10 rating prompt with a chat model | no |
+| `generative_agents` | card | recency + importance + relevance (Park et al. 2023) | no |
+| `damc_knn` | card | the teacher's non-parametric value over labelled decisions (`labels=`) | no |
+| `damc_teacher` | card | leave-one-out deltas of the decision LLM for the gold action | yes |
+| `oracle` | card | the cards holding the gold's facts (`key_card_ids`, else the gold's values) | yes |
+| `full` | message | the whole history (only the LLM's window limits it) | no |
+| `window` | message | the last N messages, trimmed to the budget (LangChain `trim_messages`) | no |
+| `obs_mask` | message | every message, old tool outputs replaced by a placeholder, trimmed | no |
 
-| name                | keeps                                                                          |
-| ------------------- | ------------------------------------------------------------------------------ |
-| `full`              | the whole history (ignores the budget: the "no memory management" reference)  |
-| `window`            | the last N history messages (`langchain_core.messages.trim_messages`), ≤ budget |
-| `recency`           | newest cards until the budget is full                                          |
-| `similarity`        | cards by MiniLM cosine to the decision query                                   |
-| `bm25`              | cards by BM25 (rank-bm25) against the decision query                           |
-| `llm_judge`         | cards by the runtime's LLM judge (the article's 0–10 rating prompt)            |
-| `generative_agents` | recency + importance + relevance, each min-max normalised (Park et al. 2023)   |
-| `obs_mask`          | every message, old tool outputs replaced by a placeholder, oldest trimmed      |
-| `damc_knn`          | cards by the non-parametric value (KNN over labelled decisions)                |
-| `damc_student`      | cards by the exported `CardScorer`                                             |
-| `damc_teacher`      | cards by leave-one-out deltas of the decision LLM (peeks at the gold: reference) |
-| `oracle`            | cards holding the gold's facts (`key_card_ids`, else the gold's argument values) |
-
-All card-scoring policies share one selection rule (`greedy_budget`: best score first, a card that
-does not fit is skipped, kept cards go back in chronological order), so they differ only in how they
-value cards. `damc_*` policies put their cards through the runtime's templates into the "Relevant
-history" section (`compress=False` puts the raw cards in as chat messages instead).
+A `Setting` says how a card policy selects: under a token `budget` alone (as many as fit), with `top_k`
+cards at most, or only cards whose value clears `threshold`; and how kept cards are rendered (`template`:
+the runtime's compressed lines; `raw`: the raw cards) — the same for every card policy.
 
 Example:
-    >>> ctx = PolicyContext(count_tokens=token_counter(tokenizer))
     >>> pol = make_policy("bm25")
-    >>> out = pol.build(dp, cards, 1024, ctx)
-    >>> out.kept_card_ids[:2], out.history_tokens
+    >>> out = pol.build(view, Setting(1024), env, memory=memory, valuer=pol.make_valuer(env))
+    >>> out.kept_card_ids, out.history_tokens
 """
 
 from __future__ import annotations
 
 import functools
-import logging
 import re
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from damc.cards import Card
-from damc.runtime.compress import TemplateCompressor
+from damc.cards import Card, encode_messages
 from damc.data.episodes import DecisionPoint, call_arguments, iter_scalars
-from damc.prompting import build_decision_messages, card_to_messages, message_to_chat
-from damc.query import render_card, render_decision_query
-
-logger = logging.getLogger(__name__)
+from damc.prompting import build_decision_messages, message_to_chat
+from damc.runtime.assemble import split_conversation
+from damc.runtime.compress import Compressor, RawCompressor, TemplateCompressor
+from damc.runtime.select import Selector, Threshold, TopK
+from damc.runtime.store import parse_time
+from damc.runtime.valuers import (BM25Valuer, GenerativeAgentsValuer, HeuristicValuer, KNNValuer, LLMJudgeValuer,
+                                  RecencyValuer, SimilarityValuer, Valuer)
 
 MESSAGE_OVERHEAD_TOKENS = 4   # chat-template tokens around each history message (role markers, separators)
-LINE_OVERHEAD_TOKENS = 1      # newline between memory lines
+RENDERS = ("template", "raw")
+
+
+# ----------------------------------------------------------------------------- what a policy sees
+
+@dataclass(frozen=True)
+class DecisionView:
+    """Everything a deployable policy may see at a decision: the conversation before it and the tools.
+
+    Attributes:
+        session_id: the conversation (the episode id in the harness; card ids are `{session_id}:{index}...`).
+        messages: every message before the decision (OpenAI format), the current user turn included.
+        tools: the tool schemas available at the decision.
+    """
+
+    session_id: str
+    messages: tuple[dict[str, Any], ...]
+    tools: tuple[dict[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, dp: DecisionPoint) -> "DecisionView":
+        """The gold-free view of a decision point: `messages[:k]` and the tools, nothing after."""
+        return cls(dp.episode.episode_id, tuple(dp.context), tuple(dp.episode.tools or ()))
+
+    @property
+    def now(self) -> float | None:
+        """Epoch seconds of the newest message that carries a timestamp (None when none does)."""
+        for m in reversed(self.messages):
+            t = parse_time(m.get("timestamp"))
+            if t is not None:
+                return t
+        return None
+
+
+@dataclass(frozen=True)
+class GoldView:
+    """What only the reference policies receive: the decision point (gold and future included) and its key cards."""
+
+    decision: DecisionPoint
+    key_card_ids: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, dp: DecisionPoint) -> "GoldView":
+        return cls(dp, tuple(dp.key_card_ids))
+
+
+@dataclass(frozen=True)
+class Setting:
+    """How a policy selects at one evaluation point.
+
+    Attributes:
+        budget: history tokens (memory lines or kept messages) the prompt may spend.
+        top_k: keep at most this many cards (card policies; None: as many as fit).
+        threshold: keep only cards whose value is at least this (card policies; valuers return [0, 1]).
+        render: "template" (the runtime's compressed lines) or "raw" (each kept card's raw text).
+    """
+
+    budget: int
+    top_k: int | None = None
+    threshold: float | None = None
+    render: str = "template"
+
+    @property
+    def key(self) -> str:
+        """`1024`, `1024/k4`, `1024/t0.5`, `1024/raw`, … — results are keyed `policy@key`."""
+        parts = [str(self.budget)]
+        if self.top_k is not None:
+            parts.append(f"k{self.top_k}")
+        if self.threshold is not None:
+            parts.append(f"t{self.threshold:g}")
+        if self.render != "template":
+            parts.append(self.render)
+        return "/".join(parts)
+
+    @property
+    def is_sweep(self) -> bool:
+        return self.top_k is not None or self.threshold is not None
 
 
 @dataclass
-class PolicyContext:
+class PolicyEnv:
     """Resources shared by every policy of a run.
 
     Attributes:
         count_tokens: `str -> int` under the decision LLM's tokenizer (budgets are in these tokens).
-        llm: the decision LLM backend (`log_prob`/`log_prob_many`), used by `damc_teacher`.
+        llm: the decision LLM backend (`log_prob_many`), used by `damc_teacher` and a shared `llm_judge`.
         window_tokens: the decision LLM's context window; `full` drops its oldest messages beyond it.
     """
 
@@ -84,71 +160,50 @@ class PolicyOutput:
     """What a policy built for one decision.
 
     Attributes:
-        messages: the decision context (plain chat messages from `build_decision_messages`).
-        kept_card_ids: candidate cards whose content made it into the prompt (masked ones included).
-        history_tokens: tokens of the history part (kept messages or memory lines) under the budget.
-        overhead_ms: wall time of the policy (score + select + compress + assemble).
-        scores: the policy's value per kept card id, where it scores cards.
-        prompt_tokens: filled in by the harness (decision-LLM tokenizer over the templated prompt).
+        messages: the decision context (plain chat messages).
+        kept_card_ids: cards whose content made it into the prompt (masked ones included).
+        candidate_ids: cards the policy chose from (card policies: the runtime's candidate set).
+        history_tokens: tokens of the history part (memory lines or kept messages).
+        timings_ms: per-stage wall time (card policies: the runtime's `Context.timings_ms`).
+        values: the valuer's value per kept card.
     """
 
     messages: list[dict[str, str]]
     kept_card_ids: list[str]
+    candidate_ids: list[str]
     history_tokens: int
-    overhead_ms: float = 0.0
-    scores: dict[str, float] = field(default_factory=dict)
-    prompt_tokens: int = 0
-
-
-@dataclass
-class Selection:
-    """The history a policy chose: chat messages and/or compressed memory lines."""
-
-    history: list[dict[str, Any]]
-    kept_card_ids: list[str]
-    history_tokens: int
-    memory_lines: list[str] | None = None
-    scores: dict[str, float] = field(default_factory=dict)
-    reused_ms: float = 0.0   # scoring time of reused scores (`CardPolicy.reuse_scores`), counted as overhead
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    values: dict[str, float] = field(default_factory=dict)
 
 
 class Policy(ABC):
-    """A memory policy. Subclasses implement `select`; `build` times it and assembles the prompt.
+    """A memory policy: builds the decision context for a `DecisionView` under a `Setting`.
 
     Attributes:
-        name: registry name (results are keyed `name@budget`).
-        budgeted: False when the policy ignores the budget (the harness then runs it once per decision).
+        name: registry name.
+        kind: "card" (a valuer in the runtime) or "message".
+        budgeted: False when the policy ignores the budget (run once per decision, reported at every budget).
+        needs_gold: True only for reference policies (they get a `GoldView`).
     """
 
     name: str = "policy"
+    kind: str = "message"
     budgeted: bool = True
-
-    def build(self, dp: DecisionPoint, cards: list[Card], budget: int, ctx: PolicyContext) -> PolicyOutput:
-        """The decision context this policy gives the decision LLM at `dp` under `budget` history tokens."""
-        t0 = time.perf_counter()
-        sel = self.select(dp, cards, budget, ctx)
-        messages = build_decision_messages(dp.system, dp.episode.tools, sel.history, dp.current_turn,
-                                           memory_lines=sel.memory_lines)
-        ms = (time.perf_counter() - t0) * 1000.0 + sel.reused_ms
-        return PolicyOutput(messages, sel.kept_card_ids, sel.history_tokens, ms, sel.scores)
+    needs_gold: bool = False
 
     @abstractmethod
-    def select(self, dp: DecisionPoint, cards: list[Card], budget: int, ctx: PolicyContext) -> Selection:
-        """Choose the history for `dp` within `budget` tokens."""
+    def build(self, view: DecisionView, setting: Setting, env: PolicyEnv, *, memory: Any = None,
+              valuer: Valuer | None = None) -> PolicyOutput:
+        """The decision context this policy gives the decision LLM."""
 
 
-# ----------------------------------------------------------------------------- message-window policies
+# ----------------------------------------------------------------------------- message policies
 
-def _message_tokens(m: dict[str, Any], ctx: PolicyContext) -> int:
-    return ctx.count_tokens(message_to_chat(m)["content"]) + MESSAGE_OVERHEAD_TOKENS
-
-
-def _cards_of_messages(cards: Sequence[Card], indices: set[int]) -> list[str]:
-    """Cards whose call or result (or text) message is among `indices`."""
-    return [c.card_id for c in cards if c.position in indices or c.result_index in indices]
+def _message_tokens(m: dict[str, Any], env: PolicyEnv) -> int:
+    return env.count_tokens(message_to_chat(m)["content"]) + MESSAGE_OVERHEAD_TOKENS
 
 
-def trim_history(history: Sequence[dict[str, Any]], ctx: PolicyContext, *, max_messages: int | None,
+def trim_history(history: Sequence[dict[str, Any]], env: PolicyEnv, *, max_messages: int | None,
                  budget: int | None) -> list[int]:
     """Indices of the history messages a LangChain `trim_messages` window keeps.
 
@@ -157,30 +212,54 @@ def trim_history(history: Sequence[dict[str, Any]], ctx: PolicyContext, *, max_m
     """
     from langchain_core.messages import convert_to_messages, trim_messages
 
-    lc = convert_to_messages([_lc_ready(m) for m in history if m.get("role") != "system"])
-    kept_src = [i for i, m in enumerate(history) if m.get("role") != "system"]
-    for msg, i in zip(lc, kept_src):
+    lc = convert_to_messages([_lc_ready(m) for m in history])
+    for i, msg in enumerate(lc):
         msg.id = str(i)
     if max_messages is not None:
-        lc = trim_messages(lc, max_tokens=max_messages, token_counter=len, strategy="last",
-                           start_on=("human", "ai"))
+        lc = trim_messages(lc, max_tokens=max_messages, token_counter=len, strategy="last", start_on=("human", "ai"))
     if budget is not None:
         def count(msgs: list[Any]) -> int:
-            return sum(_message_tokens(history[int(m.id)], ctx) for m in msgs)
+            return sum(_message_tokens(history[int(m.id)], env) for m in msgs)
         lc = trim_messages(lc, max_tokens=budget, token_counter=count, strategy="last", start_on=("human", "ai"))
     return [int(m.id) for m in lc]
 
 
 def _lc_ready(m: dict[str, Any]) -> dict[str, Any]:
     """An OpenAI message LangChain accepts (no extra keys such as timestamps)."""
-    keep = {"role", "content", "tool_calls", "tool_call_id", "name"}
-    out = {k: v for k, v in m.items() if k in keep}
+    out = {k: v for k, v in m.items() if k in {"role", "content", "tool_calls", "tool_call_id", "name"}}
     if out.get("content") is None:
         out["content"] = ""
     return out
 
 
-class FullPolicy(Policy):
+class MessagePolicy(Policy):
+    """Keeps history messages verbatim. Subclasses implement `keep` (which history messages)."""
+
+    kind = "message"
+
+    @abstractmethod
+    def keep(self, history: list[dict[str, Any]], budget: int, env: PolicyEnv, fixed: list[dict[str, str]]
+             ) -> tuple[list[dict[str, Any]], list[int]]:
+        """(messages to keep — possibly edited copies —, their indices in `history`)."""
+
+    def build(self, view, setting, env, *, memory=None, valuer=None):
+        t0 = time.perf_counter()
+        msgs = list(view.messages)
+        system, _, turn, u = split_conversation(msgs)
+        src = [i for i in range(u) if msgs[i].get("role") != "system"]  # history position -> message index
+        history = [msgs[i] for i in src]
+        fixed = build_decision_messages(system, view.tools, [], turn)
+        kept, idx = self.keep(history, setting.budget, env, fixed)
+        out = build_decision_messages(system, view.tools, kept, turn)
+        cards = encode_messages(msgs[:u], view.session_id)
+        in_window = {src[i] for i in idx}
+        kept_ids = [c.card_id for c in cards if c.position in in_window or c.result_index in in_window]
+        ms = (time.perf_counter() - t0) * 1000.0
+        return PolicyOutput(out, kept_ids, [c.card_id for c in cards], sum(_message_tokens(m, env) for m in kept),
+                            {"total": ms})
+
+
+class FullPolicy(MessagePolicy):
     """The whole history, verbatim (no memory management; ignores the budget).
 
     Only the decision LLM's window limits it: when system prompt + tools + history + current turn +
@@ -193,19 +272,16 @@ class FullPolicy(Policy):
     def __init__(self, reserve: int = 256):
         self.reserve = reserve
 
-    def select(self, dp, cards, budget, ctx):
-        hist = dp.history
+    def keep(self, history, budget, env, fixed):
         limit = None
-        if ctx.window_tokens:
-            fixed = build_decision_messages(dp.system, dp.episode.tools, [], dp.current_turn)
-            fixed_tokens = sum(ctx.count_tokens(m["content"]) + MESSAGE_OVERHEAD_TOKENS for m in fixed)
-            limit = max(ctx.window_tokens - fixed_tokens - self.reserve, 0)
-        idx = trim_history(hist, ctx, max_messages=None, budget=limit)
-        msgs = [hist[i] for i in idx]
-        return Selection(msgs, _cards_of_messages(cards, set(idx)), sum(_message_tokens(m, ctx) for m in msgs))
+        if env.window_tokens:
+            fixed_tokens = sum(env.count_tokens(m["content"]) + MESSAGE_OVERHEAD_TOKENS for m in fixed)
+            limit = max(env.window_tokens - fixed_tokens - self.reserve, 0)
+        idx = trim_history(history, env, max_messages=None, budget=limit)
+        return [history[i] for i in idx], idx
 
 
-class WindowPolicy(Policy):
+class WindowPolicy(MessagePolicy):
     """The last `n_messages` history messages (sliding window), trimmed to the budget with LangChain."""
 
     name = "window"
@@ -213,14 +289,12 @@ class WindowPolicy(Policy):
     def __init__(self, n_messages: int = 10):
         self.n_messages = n_messages
 
-    def select(self, dp, cards, budget, ctx):
-        hist = dp.history
-        idx = trim_history(hist, ctx, max_messages=self.n_messages, budget=budget)
-        msgs = [hist[i] for i in idx]
-        return Selection(msgs, _cards_of_messages(cards, set(idx)), sum(_message_tokens(m, ctx) for m in msgs))
+    def keep(self, history, budget, env, fixed):
+        idx = trim_history(history, env, max_messages=self.n_messages, budget=budget)
+        return [history[i] for i in idx], idx
 
 
-class ObservationMaskPolicy(Policy):
+class ObservationMaskPolicy(MessagePolicy):
     """Every history message, with tool outputs older than the last `keep_last` replaced by a placeholder.
 
     Observation masking (as in SWE-agent-style agents): the calls stay, old observations go. When the
@@ -230,340 +304,200 @@ class ObservationMaskPolicy(Policy):
     name = "obs_mask"
 
     def __init__(self, keep_last: int = 3, placeholder: str = "[old tool output omitted]"):
-        self.keep_last = keep_last
-        self.placeholder = placeholder
+        self.keep_last, self.placeholder = keep_last, placeholder
 
-    def select(self, dp, cards, budget, ctx):
-        hist = [dict(m) for m in dp.history]
+    def keep(self, history, budget, env, fixed):
+        hist = [dict(m) for m in history]
         tool_idx = [i for i, m in enumerate(hist) if m.get("role") == "tool"]
         for i in tool_idx[: max(len(tool_idx) - self.keep_last, 0)]:
             hist[i]["content"] = self.placeholder
-        idx = trim_history(hist, ctx, max_messages=None, budget=budget)
-        msgs = [hist[i] for i in idx]
-        return Selection(msgs, _cards_of_messages(cards, set(idx)), sum(_message_tokens(m, ctx) for m in msgs))
+        idx = trim_history(hist, env, max_messages=None, budget=budget)
+        return [hist[i] for i in idx], idx
 
 
-# ----------------------------------------------------------------------------- card-scoring policies
-
-def best_first(scores: Sequence[float], indices: Iterable[int]) -> list[int]:
-    """`indices` by descending score; ties go to the later card (newer history first)."""
-    return sorted(indices, key=lambda i: (-float(scores[i]), -i))
-
-
-def greedy_budget(costs: Sequence[int], scores: Sequence[float], budget: int) -> list[int]:
-    """Indices kept by best-score-first packing under `budget` (a card that does not fit is skipped).
-
-    Ties go to the later card (newer history first). The result is in the original (chronological) order.
-    """
-    kept, used = [], 0
-    for i in best_first(scores, range(len(scores))):
-        if used + costs[i] <= budget:
-            kept.append(i)
-            used += costs[i]
-    return sorted(kept)
-
+# ----------------------------------------------------------------------------- card policies
 
 class CardPolicy(Policy):
-    """A policy that values each candidate card, packs the best under the budget and renders them.
+    """A valuer plugged into `DecisionAwareMemory.build_context`; subclasses implement `make_valuer`.
 
-    Subclasses implement `score`. With `compress`, kept cards become "Relevant history" lines through the
-    runtime's templates (`damc.runtime.compress.template_compress`), each tagged `[card_id]`; otherwise they go in
-    as chat messages in chronological order. `top_k` / `min_score` (set through `make_policy`) restrict the
-    cards the packing may use, so a capped policy can stay below its budget.
+    Attributes:
+        sweepable: whether `top_k` / `threshold` settings apply (False for references with their own rule).
     """
 
-    compress: bool = False
-    top_k: int | None = None        # keep at most this many cards, even when more would fit the budget
-    min_score: float | None = None  # keep only cards scoring at least this (in the policy's own score units)
-    #: reuse the last decision's scores when the same decision comes again with the same cards (the A/B
-    #: harness turns it on: scores do not depend on the budget, so each decision is scored once for all
-    #: budgets). The reused scoring time still counts in `overhead_ms`, as if scored afresh.
-    reuse_scores: bool = False
-    _last_scores: tuple[Any, np.ndarray, float] | None = None
+    kind = "card"
+    sweepable = True
 
     @abstractmethod
-    def score(self, dp: DecisionPoint, cards: list[Card], ctx: PolicyContext) -> np.ndarray:
-        """One value per card (higher = keep first)."""
+    def make_valuer(self, env: PolicyEnv, gold: GoldView | None = None) -> Valuer:
+        """The valuer (built once per run; per decision for policies that need the gold)."""
 
-    def eligible(self, scores: np.ndarray) -> np.ndarray:
-        """Indices the budget packing may use: `min_score` and `top_k` applied (best first, newest on ties)."""
-        idx = np.arange(len(scores))
-        if self.min_score is not None:
-            idx = idx[scores[idx] >= self.min_score]
-        if self.top_k is not None and len(idx) > self.top_k:
-            idx = np.array(sorted(best_first(scores, idx.tolist())[: self.top_k]), dtype=int)
-        return idx
+    def selector(self, setting: Setting) -> Selector:
+        """`Threshold(τ)` when the setting has one (with its `top_k`), else `TopK(top_k)` (None: all that fit)."""
+        if setting.threshold is not None:
+            return Threshold(setting.threshold, k=setting.top_k)
+        return TopK(setting.top_k)
 
-    def select(self, dp, cards, budget, ctx):
-        if not cards:
-            return Selection([], [], 0, None)
-        scores, reused_ms = self._scores(dp, cards, ctx)  # (n_cards,)
-        if self.top_k is not None or self.min_score is not None:
-            idx = self.eligible(scores)
-            if len(idx) == 0:
-                return Selection([], [], 0, None)
-            cards = [cards[i] for i in idx]
-            scores = scores[idx]
-        if self.compress:
-            lines = [c.line for c in TemplateCompressor().compress(cards)]
-            costs = [ctx.count_tokens(s) + LINE_OVERHEAD_TOKENS for s in lines]
-        else:
-            costs = [sum(ctx.count_tokens(m["content"]) + MESSAGE_OVERHEAD_TOKENS for m in card_to_messages(c))
-                     for c in cards]
-        kept = greedy_budget(costs, scores, budget)
-        ids = [cards[i].card_id for i in kept]
-        used = sum(costs[i] for i in kept)
-        sc = {cards[i].card_id: float(scores[i]) for i in kept}
-        if self.compress:
-            return Selection([], ids, used, [lines[i] for i in kept], sc, reused_ms)
-        hist = [m for i in kept for m in card_to_messages(cards[i])]
-        return Selection(hist, ids, used, None, sc, reused_ms)
+    @staticmethod
+    def compressor(setting: Setting) -> Compressor:
+        if setting.render not in RENDERS:
+            raise ValueError(f"render must be one of {RENDERS}, got {setting.render!r}")
+        return RawCompressor() if setting.render == "raw" else TemplateCompressor()
 
-    def _scores(self, dp: DecisionPoint, cards: list[Card], ctx: PolicyContext) -> tuple[np.ndarray, float]:
-        """`score(...)` as floats, and the milliseconds of scoring this call did not spend (reused scores)."""
-        key = (dp.episode.episode_id, dp.index, tuple((c.card_id, c.raw_text) for c in cards))
-        if self.reuse_scores and self._last_scores is not None and self._last_scores[0] == key:
-            return self._last_scores[1], self._last_scores[2]
-        t0 = time.perf_counter()
-        scores = np.asarray(self.score(dp, cards, ctx), dtype=float)
-        if self.reuse_scores:
-            self._last_scores = (key, scores, (time.perf_counter() - t0) * 1000.0)
-        return scores, 0.0
+    def build(self, view, setting, env, *, memory=None, valuer=None):
+        if memory is None or valuer is None:
+            raise ValueError(f"{self.name}: a card policy runs inside a DecisionAwareMemory (memory=, valuer=)")
+        ctx = memory.build_context(list(view.messages), list(view.tools) or None, budget_tokens=setting.budget,
+                                   session_id=view.session_id, now=view.now, valuer=valuer,
+                                   selector=self.selector(setting), compressor=self.compressor(setting))
+        return PolicyOutput(ctx.messages, [s.card_id for s in ctx.selected], ctx.candidate_ids, ctx.memory_tokens,
+                            dict(ctx.timings_ms), {s.card_id: s.value for s in ctx.selected})
 
 
-def query_of(dp: DecisionPoint) -> str:
-    """The decision query every scoring policy uses (never sees the gold)."""
-    return render_decision_query(dp.context, dp.episode.tools)
+class DAMCPolicy(CardPolicy):
+    """The product: the runtime's default valuer with the exported student scorer, exactly as
+    `DecisionAwareMemory(path, scorer=scorer)` builds it (`default_valuer`)."""
+
+    name = "damc"
+
+    def __init__(self, scorer: str | None = None):
+        if not scorer:
+            raise ValueError("damc needs `scorer=` (an exported scorer directory, scripts/export.py)")
+        self.scorer = scorer
+
+    def make_valuer(self, env, gold=None):
+        from damc.runtime.memory import default_valuer
+
+        return default_valuer(self.scorer)
+
+
+class HeuristicPolicy(CardPolicy):
+    """The runtime without a scorer: its default valuer, the heuristic cold-start prior."""
+
+    name = "heuristic"
+
+    def make_valuer(self, env, gold=None):
+        from damc.runtime.memory import default_valuer
+
+        return default_valuer(None)
 
 
 class RecencyPolicy(CardPolicy):
-    """Newest cards first until the budget is full."""
+    """Newest cards first."""
 
     name = "recency"
 
-    def score(self, dp, cards, ctx):
-        return np.arange(len(cards), dtype=float)
+    def make_valuer(self, env, gold=None):
+        return RecencyValuer()
 
 
 class SimilarityPolicy(CardPolicy):
-    """Cards by embedding cosine to the decision query (sentence encoder, MiniLM-L6 by default)."""
+    """Cards by embedding cosine to the decision query (the memory's own encoder and cached embeddings)."""
 
     name = "similarity"
 
-    def __init__(self, encoder: str = "minilm-l6", compress: bool = False):
-        self.encoder_name = encoder
-        self.compress = compress
-        self._cache: dict[str, np.ndarray] = {}
-
-    @functools.cached_property
-    def encoder(self) -> Any:
-        from damc.models import load_sentence_encoder
-
-        return load_sentence_encoder(self.encoder_name)
-
-    def embed_cards(self, cards: list[Card]) -> np.ndarray:
-        """Unit card embeddings `(n, dim)`, each card encoded once (as a runtime index does at ingest)."""
-        new = [c for c in cards if c.card_id not in self._cache]
-        if new:
-            vecs = self.encoder.encode([render_card(c) for c in new], normalize_embeddings=True, show_progress_bar=False)
-            self._cache.update(zip((c.card_id for c in new), vecs))
-        return np.stack([self._cache[c.card_id] for c in cards])
-
-    def score(self, dp, cards, ctx):
-        q = self.encoder.encode([query_of(dp)], normalize_embeddings=True, show_progress_bar=False)  # (1, dim)
-        return (self.embed_cards(cards) @ q[0]).astype(float)  # (n,)
-
-
-_TOKEN_RE = re.compile(r"[A-Za-z]+|\d+")
-
-
-def bm25_tokens(text: str) -> list[str]:
-    """Lower-cased words and digit runs (identifiers split on punctuation and underscores)."""
-    return [t.lower() for t in _TOKEN_RE.findall(text)]
+    def make_valuer(self, env, gold=None):
+        return SimilarityValuer()
 
 
 class BM25Policy(CardPolicy):
-    """Cards by Okapi BM25 (rank-bm25) of the decision query over the candidate cards."""
+    """Cards by Okapi BM25 (bm25s) of the decision query over the candidates."""
 
     name = "bm25"
 
-    def __init__(self, compress: bool = False):
-        self.compress = compress
+    def __init__(self, k1: float = 1.5, b: float = 0.75):
+        self.k1, self.b = k1, b
 
-    def score(self, dp, cards, ctx):
-        from rank_bm25 import BM25Okapi
-
-        docs = [bm25_tokens(render_card(c)) or ["_"] for c in cards]
-        return np.asarray(BM25Okapi(docs).get_scores(bm25_tokens(query_of(dp))), dtype=float)
+    def make_valuer(self, env, gold=None):
+        return BM25Valuer(self.k1, self.b)
 
 
 class LLMJudgePolicy(CardPolicy):
-    """Cards by the runtime's LLM judge (`damc.runtime.valuers.LLMJudgeValuer`: the article's 0–10 rating prompt).
-
-    Only the `max_cards` newest cards are judged (one LLM pass each); older ones rank below them. When
-    the judge model is the decision LLM's, its loaded weights are shared.
-    """
+    """Cards by the runtime's LLM judge (the seed's 0–10 rating prompt). When the judge model is the decision
+    LLM, its loaded weights are shared."""
 
     name = "llm_judge"
 
-    def __init__(self, model: str = "smollm2-135m", max_cards: int = 40, compress: bool = False,
-                 **judge_kwargs: Any):
-        self.model, self.max_cards, self.compress, self.judge_kwargs = model, max_cards, compress, judge_kwargs
-        self._valuer: Any = None
+    def __init__(self, model: str = "smollm2-135m", **judge_kwargs: Any):
+        self.model, self.judge_kwargs = model, judge_kwargs
 
-    def valuer(self, ctx: PolicyContext) -> Any:
-        if self._valuer is None:
-            from damc.runtime.valuers import LLMJudgeValuer
-
-            llm = ctx.llm
-            same = llm is not None and getattr(llm, "model_id", None) == self.model and hasattr(llm, "model")
-            self._valuer = LLMJudgeValuer(model=(llm.model, llm.tokenizer) if same else self.model,
-                                          **self.judge_kwargs)
-        return self._valuer
-
-    def score(self, dp, cards, ctx):
-        recent = cards[-self.max_cards:]
-        vals = _value(self.valuer(ctx), query_of(dp), recent)
-        return np.concatenate([np.full(len(cards) - len(recent), -1.0), vals])
-
-
-def _value(valuer: Any, query: str, cards: list[Card]) -> np.ndarray:
-    """Call a runtime valuer (`value(query, cards)` or `score(query, cards)`)."""
-    fn = getattr(valuer, "value", None) or getattr(valuer, "score")
-    out = fn(query, cards)
-    return np.asarray(getattr(out, "values", out), dtype=float)
+    def make_valuer(self, env, gold=None):
+        llm = env.llm
+        same = llm is not None and getattr(llm, "model_id", None) == self.model and hasattr(llm, "model")
+        return LLMJudgeValuer(model=(llm.model, llm.tokenizer) if same else self.model, **self.judge_kwargs)
 
 
 class GenerativeAgentsPolicy(CardPolicy):
-    """Park et al. (2023) retrieval: α·recency + β·importance + γ·relevance, each min-max normalised.
-
-    recency = `decay ** (messages since the card)` (message distance stands in for game hours);
-    importance = the runtime's heuristic prior (errors, user constraints, fresh tool results) instead of an
-    LLM's 1–10 poignancy rating, which would cost one LLM call per card; relevance = embedding cosine.
-    """
+    """Park et al. (2023): recency + importance (the heuristic prior) + relevance, each min-max normalised."""
 
     name = "generative_agents"
 
-    def __init__(self, decay: float = 0.99, weights: Sequence[float] = (1.0, 1.0, 1.0), encoder: str = "minilm-l6",
-                 compress: bool = False):
-        self.decay, self.weights, self.compress = decay, tuple(weights), compress
-        self._sim = SimilarityPolicy(encoder)
+    def __init__(self, decay: float = 0.99, weights: Sequence[float] = (1.0, 1.0, 1.0)):
+        self.decay, self.weights = decay, tuple(weights)
 
-    @functools.cached_property
-    def importance(self) -> Any:
-        from damc.runtime.valuers import HeuristicValuer
-
-        return HeuristicValuer()
-
-    def score(self, dp, cards, ctx):
-        last = np.array([c.result_index if c.result_index is not None else c.position for c in cards], dtype=float)
-        recency = self.decay ** (dp.index - last)
-        importance = _value(self.importance, query_of(dp), cards)
-        relevance = self._sim.score(dp, cards, ctx)
-        a, b, g = self.weights
-        return a * _minmax(recency) + b * _minmax(importance) + g * _minmax(relevance)
-
-
-def _minmax(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, dtype=float)
-    span = x.max() - x.min() if x.size else 0.0
-    return (x - x.min()) / span if span > 0 else np.zeros_like(x)
-
-
-class DAMCStudentPolicy(CardPolicy):
-    """Cards by the exported student scorer (`CardScorer.from_pretrained(scorer)`), compressed by default.
-
-    Loaded like the runtime loads it (`dtype="auto"`, `backend="auto"`: int8 ONNX when exported, else bf16
-    where native), so its overhead is the deployable one; pass `dtype=float32, backend=torch` for exact scores.
-    """
-
-    name = "damc_student"
-
-    def __init__(self, scorer: str | None = None, compress: bool = True, **load_kwargs: Any):
-        if not scorer:
-            raise ValueError("damc_student needs `scorer=` (an exported scorer directory)")
-        load_kwargs.setdefault("dtype", "auto")
-        load_kwargs.setdefault("backend", "auto")
-        self.path, self.compress, self.load_kwargs = scorer, compress, load_kwargs
-
-    @functools.cached_property
-    def scorer(self) -> Any:
-        from damc.scorer import CardScorer
-
-        return CardScorer.from_pretrained(self.path, **self.load_kwargs)
-
-    def score(self, dp, cards, ctx):
-        return np.asarray(self.scorer.score(query_of(dp), cards), dtype=float)
+    def make_valuer(self, env, gold=None):
+        return GenerativeAgentsValuer(self.decay, self.weights)
 
 
 class DAMCKNNPolicy(CardPolicy):
-    """Cards by the non-parametric value: deltas of similar labelled decisions (`KNNValue` fitted on labels)."""
+    """Cards by the teacher's non-parametric value: deltas of similar labelled decisions (no student)."""
 
     name = "damc_knn"
 
-    def __init__(self, labels: str | None = None, compress: bool = True, **knn_kwargs: Any):
+    def __init__(self, labels: str | None = None, **knn_kwargs: Any):
         if not labels:
-            raise ValueError("damc_knn needs `labels=` (a labels dataset directory)")
-        self.labels, self.compress, self.knn_kwargs = labels, compress, knn_kwargs
+            raise ValueError("damc_knn needs `labels=` (a labels dataset directory, scripts/label.py)")
+        self.labels, self.knn_kwargs = labels, knn_kwargs
 
     @functools.cached_property
     def knn(self) -> Any:
-        from damc.runtime.knn import KNNValue
         from damc.labels import load_labels
+        from damc.runtime.knn import KNNValue
 
         return KNNValue(**self.knn_kwargs).fit(load_labels(self.labels))
 
-    def score(self, dp, cards, ctx):
-        return np.asarray(self.knn.value(query_of(dp), cards), dtype=float)
+    def make_valuer(self, env, gold=None):
+        return KNNValuer(self.knn)
+
+
+# ----------------------------------------------------------------------------- references (see the gold)
+
+class TeacherValuer(Valuer):
+    """Leave-one-out deltas (nats) of the decision LLM for the gold action over the given cards."""
+
+    name = "teacher_loo"
+
+    def __init__(self, llm: Any, decision: DecisionPoint, max_cards: int = 60):
+        self.llm, self.decision, self.max_cards = llm, decision, max_cards
+
+    def value(self, query, cards, now=None):
+        from damc.teacher.estimators import LeaveOneOut
+
+        if not cards:
+            return np.zeros(0, dtype=np.float32)
+        res = LeaveOneOut(max_cards=self.max_cards).estimate(self.llm, self.decision, list(cards))
+        return np.nan_to_num(np.asarray(res.deltas, dtype=np.float64), nan=-1e9).astype(np.float32)
 
 
 class DAMCTeacherPolicy(CardPolicy):
-    """Cards by leave-one-out deltas of the decision LLM for the *gold* action, computed at decision time.
-
-    It peeks at the gold action, so like `oracle` it is a reference (what the student imitates), not a
-    deployable policy; it costs one LLM pass per card.
-    """
+    """Cards by leave-one-out deltas of the decision LLM for the *gold* action, computed at decision time over
+    the runtime's candidates. It peeks at the gold: a reference (what the student imitates), not deployable;
+    one LLM pass per candidate."""
 
     name = "damc_teacher"
+    needs_gold = True
+    sweepable = False
 
-    def __init__(self, compress: bool = True, max_cards: int = 60):
-        self.compress, self.max_cards = compress, max_cards
+    def __init__(self, max_cards: int = 60):
+        self.max_cards = max_cards
 
-    def score(self, dp, cards, ctx):
-        from damc.teacher.estimators import LeaveOneOut
-
-        if ctx.llm is None:
-            raise ValueError("damc_teacher needs the decision LLM (a teacher backend) in the PolicyContext")
-        res = LeaveOneOut(max_cards=self.max_cards).estimate(ctx.llm, dp, cards)
-        return np.nan_to_num(np.asarray(res.deltas, dtype=float), nan=-1e9)  # cards left out of LOO: last
-
-
-class OraclePolicy(CardPolicy):
-    """Cards that hold the gold action's facts: `key_card_ids` where recorded, else cards containing
-    the gold's argument values. The upper bound that shows the headroom (peeks at the gold)."""
-
-    name = "oracle"
-
-    def __init__(self, compress: bool = False):
-        self.compress = compress
-
-    def key_cards(self, dp: DecisionPoint, cards: list[Card]) -> list[Card]:
-        keys = set(dp.key_card_ids)
-        if keys:
-            return [c for c in cards if c.card_id in keys]
-        values = gold_values(dp.gold)
-        return [c for c in cards if _holds_any(c, values)]
-
-    def select(self, dp, cards, budget, ctx):
-        # only the key cards are candidates; newest first when they do not all fit
-        return super().select(dp, self.key_cards(dp, cards), budget, ctx)
-
-    def score(self, dp, cards, ctx):
-        return np.arange(len(cards), dtype=float)
+    def make_valuer(self, env, gold=None):
+        if gold is None or env.llm is None:
+            raise ValueError("damc_teacher needs the gold (GoldView) and the decision LLM (PolicyEnv.llm)")
+        return TeacherValuer(env.llm, gold.decision, self.max_cards)
 
 
 def gold_values(gold: dict[str, Any]) -> list[str]:
-    """String forms of the gold action's argument values (scalars, and scalars inside lists/dicts)."""
+    """String forms of the gold action's argument values (scalars, and scalars inside lists/dicts), ≥ 2 chars."""
     vals: list[str] = []
     for call in gold.get("tool_calls") or []:
         for x in iter_scalars(call_arguments(call)):
@@ -573,47 +507,65 @@ def gold_values(gold: dict[str, Any]) -> list[str]:
     return vals
 
 
-def _holds_any(card: Card, values: Sequence[str]) -> bool:
-    text = card.raw_text
+def holds_any(text: str, values: Sequence[str]) -> bool:
+    """True when `text` contains one of `values` as a whole token (not inside a longer word or number)."""
     return any(re.search(rf"(?<![\w]){re.escape(v)}(?![\w])", text) for v in values)
+
+
+class OracleValuer(Valuer):
+    """1 for the cards holding the gold's facts (`key_card_ids` where recorded, else the gold's argument
+    values), 0 otherwise."""
+
+    name = "oracle"
+
+    def __init__(self, gold: GoldView):
+        self.keys = set(gold.key_card_ids)
+        self.values = [] if self.keys else gold_values(gold.decision.gold)
+
+    def value(self, query, cards, now=None):
+        if self.keys:
+            return np.array([c.card_id in self.keys for c in cards], dtype=np.float32)
+        return np.array([holds_any(c.raw_text, self.values) for c in cards], dtype=np.float32)
+
+
+class OraclePolicy(CardPolicy):
+    """Only the candidates holding the gold's facts (`Threshold(0.5)` over `OracleValuer`), under the budget:
+    the upper bound that shows the headroom left by retrieval and valuing (peeks at the gold)."""
+
+    name = "oracle"
+    needs_gold = True
+    sweepable = False
+
+    def make_valuer(self, env, gold=None):
+        if gold is None:
+            raise ValueError("oracle needs the gold (GoldView)")
+        return OracleValuer(gold)
+
+    def selector(self, setting):
+        return Threshold(0.5)
 
 
 # ----------------------------------------------------------------------------- registry
 
 POLICIES: dict[str, type[Policy]] = {p.name: p for p in (
-    FullPolicy, WindowPolicy, RecencyPolicy, SimilarityPolicy, BM25Policy, LLMJudgePolicy, GenerativeAgentsPolicy,
-    ObservationMaskPolicy, DAMCKNNPolicy, DAMCStudentPolicy, DAMCTeacherPolicy, OraclePolicy)}
-
-
-def _takes_caps(cls: type[Policy]) -> bool:
-    """A card policy that packs by value with `CardPolicy.select` (oracle selects on its own: no caps)."""
-    return issubclass(cls, CardPolicy) and cls.select is CardPolicy.select
+    FullPolicy, WindowPolicy, ObservationMaskPolicy, DAMCPolicy, HeuristicPolicy, RecencyPolicy, SimilarityPolicy,
+    BM25Policy, LLMJudgePolicy, GenerativeAgentsPolicy, DAMCKNNPolicy, DAMCTeacherPolicy, OraclePolicy)}
 
 
 def make_policy(name: str, **kwargs: Any) -> Policy:
     """A policy by registry name with its keyword options (see each class).
 
-    Every card-valuing policy (`CardPolicy`) also takes `top_k` (keep at most K cards) and `min_score` (keep
-    only cards scoring at least this), applied before the budget packing: they let a policy use less than
-    its budget, which is how a value threshold saves prompt tokens.
-
     Raises:
         KeyError: an unknown name (the message lists the known ones).
+        TypeError: an option the policy does not take (the message names the policy).
     """
     if name not in POLICIES:
         raise KeyError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
-    caps = {k: v for k in ("top_k", "min_score") if (v := kwargs.pop(k, None)) is not None}
-    policy = POLICIES[name](**kwargs)
-    if caps and not _takes_caps(type(policy)):
-        raise ValueError(f"policy {name!r} does not pack cards by value: `top_k`/`min_score` apply only to "
-                         f"{', '.join(n for n, p in POLICIES.items() if _takes_caps(p))}")
-    if "top_k" in caps:
-        if isinstance(caps["top_k"], bool) or not isinstance(caps["top_k"], int) or caps["top_k"] < 1:
-            raise ValueError(f"policy {name!r}: top_k must be a positive integer, got {caps['top_k']!r}")
-        policy.top_k = caps["top_k"]
-    if "min_score" in caps:
-        try:
-            policy.min_score = float(caps["min_score"])
-        except (TypeError, ValueError):
-            raise ValueError(f"policy {name!r}: min_score must be a number, got {caps['min_score']!r}") from None
-    return policy
+    try:
+        return POLICIES[name](**kwargs)
+    except TypeError as e:
+        raise TypeError(f"policy {name!r}: {e}") from None
+
+
+__all__ = ["CardPolicy", "DecisionView", "GoldView", "MessagePolicy", "OracleValuer", "POLICIES", "Policy",
+           "PolicyEnv", "PolicyOutput", "Setting", "TeacherValuer", "gold_values", "holds_any", "make_policy"]

@@ -1,20 +1,22 @@
-"""The README's results view of an A/B run: a policy × budget table and the issue's targets, checked.
+"""The README's results view of A/B runs: a policy × budget table, the Pareto front, operating points and the
+study's targets, checked.
 
-`results.json` (written by `damc.eval.harness`) holds one entry per `policy@budget`; this module renders the
-compact table the README shows (accuracy, paired Δ vs `window` with its 95 % interval, median prompt
-tokens) and checks the study's targets for one policy (by default `damc_student`) budget by budget:
+`results.json` (written by the harness, `damc.eval.results`) holds one entry per `policy@setting`; this module
+renders the compact table the README shows (accuracy, paired Δ vs `window` with its 95 % interval, median
+prompt tokens, one column per budget), names the Pareto front, shows each policy at the operating point chosen
+on a dev split, and checks the study's targets for one policy (by default `damc`) at each budget and at its
+operating point:
 
-* tokens   — median per-decision prompt tokens ≤ 60 % of `window`'s (the paired ratio);
-* accuracy — ≥ +15 points over `window`, with the paired 95 % interval above 0;
-* vs full  — at least `full`'s accuracy at ≤ 40 % of its median prompt tokens;
-* vs oracle — within 10 points of `oracle`;
-* vs baselines — strictly above `similarity`, `llm_judge` and `generative_agents` (budgets ≤ 2,048).
+* gain — ≥ +15 points over `window` (paired 95 % interval above 0) with at most `window`'s prompt tokens;
+* lexical — at least BM25's accuracy at the same setting;
+* oracle — within 5 points of `oracle`;
+* key hit — a key card in ≥ 90 % of the contexts of decisions with key cards;
+* confuser — a distractor's value in ≤ 30 % of them.
 
-Nothing here is tuned or hard-coded: every figure comes from the results file. A target is never
-reported as met on missing inputs: without `full` / `oracle` / a paired entry it reads "n/a", and a
-competitor that was not run is named and fails the competitor check.
+Nothing here is tuned or hard-coded: every figure comes from the results file. A target is never reported as
+met on missing inputs: without `bm25` / `oracle` / a paired entry it reads "n/a".
 
-    python scripts/report.py runs/study/synthetic/eval runs/study/bfcl_long_context/eval [--out FILE]
+    python scripts/report.py runs/study/synthetic/eval runs/study/tau2_retail/eval [--out FILE] [--policy P]
 """
 
 from __future__ import annotations
@@ -24,11 +26,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-COMPETITORS = ("similarity", "llm_judge", "generative_agents")
+from damc.eval.results import budget_of
 
-#: the issue's thresholds (DESIGN.md, Metrics); change them here, not in the checks.
-TARGETS = {"token_ratio_vs_window": 0.60, "accuracy_gain_vs_window": 0.15, "token_ratio_vs_full": 0.40,
-           "gap_to_oracle": 0.10, "competitor_max_budget": 2048}
+#: the study's targets (issue "labels", A/B through the runtime); change them here, not in the checks.
+TARGETS = {"gain_vs_window": 0.15, "token_ratio_vs_window": 1.0, "gap_to_oracle": 0.05, "key_hit": 0.90,
+           "confuser_rate": 0.30, "lexical": "bm25"}
 EPS = 1e-9   # accuracies are ratios of small counts: 11/20 - 9/20 (0.10000000000000003) is within 0.10
 
 
@@ -60,7 +62,7 @@ def _ok(x: Any) -> bool:
     return x is not None and not (isinstance(x, float) and math.isnan(x))
 
 
-def compact_table(results: dict[str, Any], bold: str = "damc_student") -> str:
+def compact_table(results: dict[str, Any], bold: str = "damc") -> str:
     """Markdown: one row per policy, one column per budget; cell = `acc (Δ [lo, hi]) · tokens`."""
     budgets = _budgets(results)
     head = "| policy | " + " | ".join(f"budget {b:,}" if isinstance(b, int) else f"budget {b}" for b in budgets) + " |"
@@ -85,70 +87,81 @@ def compact_table(results: dict[str, Any], bold: str = "damc_student") -> str:
     return "\n".join(rows) + "\n"
 
 
-def check_targets(results: dict[str, Any], policy: str = "damc_student") -> list[dict[str, Any]]:
-    """One row per budget: each target's measured figure and whether it is met (`None`: cannot be checked)."""
+def check_point(results: dict[str, Any], key: str) -> dict[str, Any] | None:
+    """The targets at one point (`policy@setting`): each measured figure and whether it is met (None: cannot
+    be checked — a missing competitor or figure is never counted as met)."""
     P, pair = results["policies"], results["paired"]
-    out = []
-    for b in _budgets(results):
-        e = P.get(f"{policy}@{b}")
-        if e is None:
-            continue
-        row: dict[str, Any] = {"budget": b, "accuracy": e["accuracy"]}
-        p = pair.get(f"{policy}@{b}")
-        ratio = p.get("prompt_token_ratio") if p else None
-        row["token_ratio_vs_window"] = ratio
-        row["token_ok"] = ratio <= TARGETS["token_ratio_vs_window"] + EPS if _ok(ratio) else None
-        if p and _ok(p.get("accuracy_delta")):
-            row["delta_vs_window"], row["delta_ci"] = p["accuracy_delta"], p["ci"]
-            row["gain_ok"] = p["accuracy_delta"] >= TARGETS["accuracy_gain_vs_window"] - EPS and p["ci"][0] > 0
-        else:
-            row["delta_vs_window"], row["delta_ci"], row["gain_ok"] = None, None, None
-        full = P.get(f"full@{b}")
-        if full and _ok(full.get("prompt_tokens")) and full["prompt_tokens"] > 0:
-            row["token_ratio_vs_full"] = e["prompt_tokens"] / full["prompt_tokens"]
-            row["full_accuracy"] = full["accuracy"]
-            row["full_ok"] = (e["accuracy"] >= full["accuracy"] - EPS
-                              and row["token_ratio_vs_full"] <= TARGETS["token_ratio_vs_full"] + EPS)
-        else:
-            row["token_ratio_vs_full"], row["full_accuracy"], row["full_ok"] = None, None, None
-        orc = P.get(f"oracle@{b}")
-        row["oracle_accuracy"] = orc["accuracy"] if orc else None
-        row["oracle_ok"] = (orc["accuracy"] - e["accuracy"] <= TARGETS["gap_to_oracle"] + EPS) if orc else None
-        comp = {c: P[f"{c}@{b}"]["accuracy"] for c in COMPETITORS if f"{c}@{b}" in P}
-        row["competitors"] = comp
-        applies = not isinstance(b, int) or b <= TARGETS["competitor_max_budget"]
-        row["competitors_ok"] = (all(e["accuracy"] > a for a in comp.values()) and len(comp) == len(COMPETITORS)
-                                 if applies and comp else None)
-        row["competitors_missing"] = [c for c in COMPETITORS if c not in comp]
-        out.append(row)
-    return out
+    e = P.get(key)
+    if e is None:
+        return None
+    b = budget_of(e["setting"])
+    row: dict[str, Any] = {"key": key, "setting": e["setting"], "accuracy": e["accuracy"]}
+    p = pair.get(key)
+    if p and _ok(p.get("accuracy_delta")):
+        row.update(delta_vs_window=p["accuracy_delta"], delta_ci=p["ci"], token_ratio=p.get("prompt_token_ratio"))
+        row["gain_ok"] = (p["accuracy_delta"] >= TARGETS["gain_vs_window"] - EPS and p["ci"][0] > 0
+                          and _ok(p.get("prompt_token_ratio"))
+                          and p["prompt_token_ratio"] <= TARGETS["token_ratio_vs_window"] + EPS)
+    else:
+        row.update(delta_vs_window=None, delta_ci=None, token_ratio=None, gain_ok=None)
+    lex = P.get(f"{TARGETS['lexical']}@{e['setting']}") or P.get(f"{TARGETS['lexical']}@{b}")
+    row["lexical_accuracy"] = lex["accuracy"] if lex else None
+    row["lexical_ok"] = e["accuracy"] >= lex["accuracy"] - EPS if lex else None
+    orc = P.get(f"oracle@{b}")
+    row["oracle_accuracy"] = orc["accuracy"] if orc else None
+    row["oracle_ok"] = (orc["accuracy"] - e["accuracy"] <= TARGETS["gap_to_oracle"] + EPS) if orc else None
+    row["key_hit"], row["confuser_rate"] = e.get("key_hit"), e.get("confuser_rate")
+    row["key_hit_ok"] = e["key_hit"] >= TARGETS["key_hit"] - EPS if _ok(e.get("key_hit")) else None
+    row["confuser_ok"] = e["confuser_rate"] <= TARGETS["confuser_rate"] + EPS if _ok(e.get("confuser_rate")) else None
+    return row
+
+
+def check_targets(results: dict[str, Any], policy: str = "damc", operating: str | None = None) -> list[dict[str, Any]]:
+    """`check_point` at every plain budget of `policy`, then at its operating point (a setting chosen on dev)."""
+    keys = [f"{policy}@{b}" for b in _budgets(results)]
+    if operating and f"{policy}@{operating}" not in keys:
+        keys.append(f"{policy}@{operating}")
+    return [r for r in (check_point(results, k) for k in keys) if r is not None]
 
 
 def _mark(ok: Any) -> str:
     return "n/a" if ok is None else ("✓" if ok else "✗")
 
 
-def targets_table(results: dict[str, Any], policy: str = "damc_student") -> str:
-    """Markdown: the targets of `check_targets`, one row per budget, with the figure behind each mark."""
-    rows = [f"| {policy} @ budget | ≤ {TARGETS['token_ratio_vs_window']:.0%} of window's tokens "
-            f"| ≥ +{TARGETS['accuracy_gain_vs_window'] * 100:.0f} pts vs window, CI > 0 "
-            f"| ≥ full's accuracy at ≤ {TARGETS['token_ratio_vs_full']:.0%} of its tokens "
-            f"| within {TARGETS['gap_to_oracle'] * 100:.0f} pts of oracle | above {' / '.join(COMPETITORS)} |",
-            "|---|---|---|---|---|---|"]
-    for r in check_targets(results, policy):
-        tok = (f"{r['token_ratio_vs_window']:.2f}× {_mark(r['token_ok'])}"
-               if _ok(r["token_ratio_vs_window"]) else "n/a")
-        gain = (f"{r['delta_vs_window']:+.2f} [{r['delta_ci'][0]:+.2f}, {r['delta_ci'][1]:+.2f}] {_mark(r['gain_ok'])}"
-                if r["delta_vs_window"] is not None else "n/a")
-        full = (f"{r['accuracy']:.2f} vs {r['full_accuracy']:.2f} at {r['token_ratio_vs_full']:.2f}× "
-                f"{_mark(r['full_ok'])}" if r["full_ok"] is not None else "n/a")
+def targets_table(results: dict[str, Any], policy: str = "damc", operating: str | None = None) -> str:
+    """Markdown: the targets of `check_targets`, one row per point, with the figure behind each mark."""
+    t = TARGETS
+    rows = [f"| {policy} @ setting | ≥ +{t['gain_vs_window'] * 100:.0f} pts vs window (CI > 0) at ≤ window's tokens "
+            f"| ≥ {t['lexical']} | within {t['gap_to_oracle'] * 100:.0f} pts of oracle | key card in ≥ "
+            f"{t['key_hit']:.0%} | confuser in ≤ {t['confuser_rate']:.0%} |", "|---|---|---|---|---|---|"]
+    for r in check_targets(results, policy, operating):
+        gain = (f"{r['delta_vs_window']:+.2f} [{r['delta_ci'][0]:+.2f}, {r['delta_ci'][1]:+.2f}] at "
+                f"{r['token_ratio']:.2f}× {_mark(r['gain_ok'])}" if r["delta_vs_window"] is not None else "n/a")
+        lex = (f"{r['accuracy']:.2f} vs {r['lexical_accuracy']:.2f} {_mark(r['lexical_ok'])}"
+               if r["lexical_ok"] is not None else f"n/a ({t['lexical']} not run)")
         orc = (f"{r['accuracy']:.2f} vs {r['oracle_accuracy']:.2f} {_mark(r['oracle_ok'])}"
                if r["oracle_ok"] is not None else "n/a")
-        comp = " / ".join(f"{a:.2f}" for a in r["competitors"].values())
-        if r["competitors_missing"]:
-            comp += f" (not run: {', '.join(r['competitors_missing'])})"
-        comp = f"{r['accuracy']:.2f} vs {comp} {_mark(r['competitors_ok'])}" if r["competitors"] else "n/a"
-        rows.append(f"| {r['budget']} | {tok} | {gain} | {full} | {orc} | {comp} |")
+        hit = f"{r['key_hit']:.2f} {_mark(r['key_hit_ok'])}" if r["key_hit_ok"] is not None else "n/a"
+        conf = f"{r['confuser_rate']:.2f} {_mark(r['confuser_ok'])}" if r["confuser_ok"] is not None else "n/a"
+        label = r["setting"] + (" (operating point)" if operating and r["setting"] == operating else "")
+        rows.append(f"| {label} | {gain} | {lex} | {orc} | {hit} | {conf} |")
+    return "\n".join(rows) + "\n"
+
+
+def operating_table(results: dict[str, Any], operating: dict[str, str]) -> str:
+    """Markdown: each policy at the operating point chosen on dev (`damc.eval.results.operating_points`)."""
+    rows = ["| policy | setting (chosen on dev) | accuracy (Δ vs window [95 % CI]) | prompt tokens | key hit "
+            "| candidate recall | confuser rate |", "|---|---|---|---:|---:|---:|---:|"]
+    for name, setting in operating.items():
+        e = results["policies"].get(f"{name}@{setting}")
+        if e is None:
+            continue
+        p = results["paired"].get(f"{name}@{setting}")
+        delta = f" ({p['accuracy_delta']:+.2f} [{p['ci'][0]:+.2f}, {p['ci'][1]:+.2f}])" if p and _ok(
+            p.get("accuracy_delta")) else ""
+        cells = [f"{e['accuracy']:.2f}{delta}", f"{e['prompt_tokens']:.0f}"] + [
+            f"{e[k]:.2f}" if _ok(e.get(k)) else "–" for k in ("key_hit", "candidate_recall", "confuser_rate")]
+        rows.append(f"| {name} | {setting} | " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
 
 
@@ -162,11 +175,19 @@ def describe(results: dict[str, Any]) -> str:
             f"scorer `{cfg.get('scorer')}` · {hw.get('cpu_count')} CPUs ({dev})")
 
 
-def report(named: dict[str, dict[str, Any]], policy: str = "damc_student") -> str:
-    """The Markdown section for several result sets (`{title: results}`): description, table, targets."""
+def report(named: dict[str, dict[str, Any]], policy: str = "damc",
+           operating: dict[str, dict[str, str]] | None = None) -> str:
+    """The Markdown section for several result sets (`{title: results}`): description, table, Pareto front,
+    operating points (`{title: {policy: setting}}`, chosen on dev) and the targets checked."""
     parts = []
     for title, res in named.items():
+        ops = (operating or {}).get(title) or {}
+        front = ", ".join(f"`{k}`" for k in res.get("pareto") or []) or "–"
         parts += [f"### {title}\n", describe(res) + "\n",
-                  "Each cell: accuracy (paired Δ vs `window` at that budget [95 % CI]) · median prompt tokens.\n",
-                  compact_table(res, bold=policy), "Targets:\n", targets_table(res, policy)]
+                  "Each cell: accuracy (paired Δ vs `window` at that budget [95 % CI, episodes resampled]) · "
+                  "median prompt tokens.\n", compact_table(res, bold=policy),
+                  f"Pareto front (accuracy vs prompt tokens, references excluded): {front}\n"]
+        if ops:
+            parts += ["Operating points (chosen on the dev split):\n", operating_table(res, ops)]
+        parts += ["Targets:\n", targets_table(res, policy, ops.get(policy))]
     return "\n".join(parts)

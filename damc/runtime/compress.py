@@ -228,7 +228,7 @@ class Compressed:
     Attributes:
         card_id: the card.
         text: the compressed text (one line, no tag).
-        source: "template" or "llm".
+        source: "template", "llm" or "raw".
         rejected: why an LLM output was rejected (None when accepted or not tried).
         missing: the required atoms a rejected output dropped.
     """
@@ -246,13 +246,19 @@ class Compressed:
 
 
 class Compressor(ABC):
-    """Compresses cards into tagged lines. Subclasses implement `compress`."""
+    """Compresses cards into tagged lines. Subclasses implement `compress` (and `preview` when their lines
+    are not the templates)."""
 
     name: str = "compressor"
 
     @abstractmethod
     def compress(self, cards: Sequence[Card], query: str | None = None) -> list[Compressed]:
         """One `Compressed` per card, in order."""
+
+    def preview(self, cards: Sequence[Card]) -> list[str]:
+        """The text each card will take in the prompt (or an upper bound), cheaply: what the selector's token
+        costs are counted on before anything is compressed. Default: the template."""
+        return [template_compress(c) for c in cards]
 
 
 class TemplateCompressor(Compressor):
@@ -264,7 +270,31 @@ class TemplateCompressor(Compressor):
         self.config = config or TemplateConfig()
 
     def compress(self, cards: Sequence[Card], query: str | None = None) -> list[Compressed]:
-        return [Compressed(c.card_id, template_compress(c, self.config)) for c in cards]
+        return [Compressed(c.card_id, text) for c, text in zip(cards, self.preview(cards))]
+
+    def preview(self, cards: Sequence[Card]) -> list[str]:
+        return [template_compress(c, self.config) for c in cards]
+
+
+class RawCompressor(Compressor):
+    """No compression: each kept card goes into the prompt as its raw text (the call and its full result, or
+    the message), on one `[card_id]` line — the `render=raw` arm of the A/B harness.
+
+    Args:
+        max_chars: clip each line to this many characters (None: never).
+    """
+
+    name = "raw"
+
+    def __init__(self, max_chars: int | None = None):
+        self.max_chars = max_chars
+
+    def compress(self, cards: Sequence[Card], query: str | None = None) -> list[Compressed]:
+        return [Compressed(c.card_id, text, "raw") for c, text in zip(cards, self.preview(cards))]
+
+    def preview(self, cards: Sequence[Card]) -> list[str]:
+        texts = [" ".join(c.raw_text.split()) for c in cards]
+        return [_clip(t, self.max_chars) for t in texts] if self.max_chars else texts
 
 
 COMPRESS_PROMPT = ("Compress this tool-call record into the most concise statement, highlighting: 1. which tool "
@@ -334,6 +364,9 @@ class LLMCompressor(Compressor):
         s = lines[0] if lines else ""
         s = s.removeprefix(f"[{card_id}]").strip()
         return " ".join(s.split())
+
+    def preview(self, cards: Sequence[Card]) -> list[str]:
+        return self.template.preview(cards)   # an accepted LLM line is shorter than its template
 
     def compress(self, cards: Sequence[Card], query: str | None = None) -> list[Compressed]:
         base = self.template.compress(cards, query)

@@ -150,6 +150,15 @@ def read_index_file(path: str | os.PathLike) -> tuple[Any, dict[str, Any]]:
     return index, header
 
 
+def load_card_encoder(spec: str | Any) -> Any:
+    """The sentence encoder behind a spec: an object with `.encode(texts, ...)` as is, else a registry name / path."""
+    if not isinstance(spec, str):
+        return spec
+    from damc.models import load_sentence_encoder
+
+    return load_sentence_encoder(spec)
+
+
 class CardIndex:
     """Card embeddings in FAISS, kept in step with a `CardStore`.
 
@@ -175,15 +184,14 @@ class CardIndex:
         self.last_rebuild_reason: str | None = None  # why the last full rebuild happened (None: loaded/caught up)
         self._last_save = 0.0
         self._dirty = False
+        self._last_query: tuple[str, np.ndarray] | None = None  # the last encoded query (valuers reuse it)
 
     # ------------------------------------------------------------------ encoding
 
     @property
     def encoder(self) -> Any:
         if self._encoder is None:
-            from damc.models import load_sentence_encoder
-
-            self._encoder = load_sentence_encoder(self._encoder_spec)
+            self._encoder = load_card_encoder(self._encoder_spec)
         return self._encoder
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
@@ -325,4 +333,26 @@ class CardIndex:
         return ids[0][keep], sims[0][keep]
 
     def search_text(self, text: str, k: int) -> tuple[np.ndarray, np.ndarray]:
-        return self.search(self.encode([text])[0], k)
+        return self.search(self.query_vector(text), k)
+
+    def query_vector(self, text: str) -> np.ndarray:
+        """The unit embedding of a query, `(dim,)`; the last one is kept, so a valuer reusing the search's
+        query costs nothing."""
+        if self._last_query is None or self._last_query[0] != text:
+            self._last_query = (text, self.encode([text])[0])
+        return self._last_query[1]
+
+    def card_vectors(self, card_ids: Sequence[str]) -> np.ndarray:
+        """Unit embeddings of stored cards, `(n, dim)` in the given order (cached in SQLite; encoded when stale).
+
+        Raises:
+            KeyError: a card id the store does not hold.
+        """
+        rows = self.store.rows_for(card_ids)
+        missing = [c for c in card_ids if c not in rows]
+        if missing:
+            raise KeyError(f"cards not in the store: {', '.join(missing[:5])}")
+        order = [rows[c] for c in card_ids]
+        vecs = self._vectors_for(sorted(set(order)))
+        at = {r: i for i, r in enumerate(sorted(set(order)))}
+        return vecs[[at[r] for r in order]]

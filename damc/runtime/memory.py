@@ -29,26 +29,28 @@ import json
 import logging
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from damc.runtime.assemble import assemble, prompt_tokens, split_conversation
-from damc.cards import Card, card_id as make_card_id, critical_atoms, encode_messages, token_counter
-from damc.runtime.compress import Compressor, TemplateCompressor, required_atoms, template_compress
+from damc.cards import Card, card_id as make_card_id, encode_messages, token_counter
 from damc.data.episodes import EpisodeFormatError
-from damc.runtime.index import CardIndex, IndexConfig
 from damc.query import render_decision_query
+from damc.runtime import lifecycle
+from damc.runtime.assemble import assemble, prompt_tokens, split_conversation
+from damc.runtime.compress import Compressor, TemplateCompressor
+from damc.runtime.context import Context, DroppedCard, SelectedCard
+from damc.runtime.index import CardIndex, IndexConfig
 from damc.runtime.select import Selector, TopK, default_budget
 from damc.runtime.store import CardStore, StoreConfig, StoredCard
 from damc.runtime.valuers import CachedValuer, HeuristicValuer, HybridValuer, ScorerValuer, Valuer, is_pinned
 
 logger = logging.getLogger(__name__)
 
-STAGES = ("retrieve", "value", "select", "compress", "assemble")
+STAGES = ("ingest", "retrieve", "value", "select", "compress", "assemble")
 
 
 @dataclass
@@ -82,109 +84,20 @@ class MemoryConfig:
     record: bool = True
 
 
-@dataclass
-class SelectedCard:
-    """A kept card.
+def default_valuer(scorer: Any = None, config: MemoryConfig | None = None) -> Valuer:
+    """The valuer `DecisionAwareMemory` builds when none is given (the A/B harness calls this same function).
 
-    Attributes:
-        card_id: the card (expand with `memory.expand(card_id)`).
-        value: the valuer's value.
-        score: the value the selector ranked by (after decay).
-        tokens: tokens of its compressed line.
-        raw_tokens: tokens of the raw card.
-        text: compressed text.
-        line: `[card_id] text` as it appears in the prompt.
-        source: "template" or "llm".
-        retrieved_by: why it was a candidate ("similar", "recent", "pinned").
-        card: the raw card.
+    Without a scorer: the heuristic prior. With one (a `CardScorer`, or the path of an exported scorer): the
+    student mixed with the prior, `hybrid_weight · student + (1 − hybrid_weight) · prior`. Either way behind a
+    TTL cache of `value_ttl_s` seconds.
     """
-
-    card_id: str
-    value: float
-    score: float
-    tokens: int
-    raw_tokens: int
-    text: str
-    line: str
-    source: str
-    retrieved_by: list[str]
-    card: Card | None = None
-
-
-@dataclass
-class DroppedCard:
-    """A candidate that did not make it, and why ("budget", "below_threshold", "rank")."""
-
-    card_id: str
-    value: float
-    score: float
-    tokens: int
-    raw_tokens: int
-    reason: str
-    retrieved_by: list[str]
-
-
-@dataclass
-class Context:
-    """The result of `build_context`.
-
-    Attributes:
-        messages: the assembled chat messages to send to the model.
-        selected: kept cards (prompt order, oldest first) with scores and compressed text.
-        dropped: candidates that were not kept, with the reason.
-        decision_query: the query the valuer saw.
-        budget_tokens: the memory budget.
-        tokens_before: prompt tokens of the whole conversation sent verbatim (no DAMC).
-        tokens_after: prompt tokens of `messages`.
-        memory_tokens: tokens of the kept memory lines.
-        timings_ms: wall time per stage (retrieve, value, select, compress, assemble) and total.
-        n_candidates: candidates scored.
-        n_hot: hot cards in the store (the rest were "not retrieved").
-        session_id: the session.
-    """
-
-    messages: list[dict[str, str]]
-    selected: list[SelectedCard]
-    dropped: list[DroppedCard]
-    decision_query: str
-    budget_tokens: int
-    tokens_before: int
-    tokens_after: int
-    memory_tokens: int
-    timings_ms: dict[str, float]
-    n_candidates: int
-    n_hot: int
-    session_id: str
-    valuer: str = ""
-    selector: str = ""
-    current_turn: list[dict[str, Any]] = field(default_factory=list)
-
-    def openai_messages(self) -> list[dict[str, Any]]:
-        """The assembled system message, then the current turn exactly as given (tool-call structure
-        intact), for APIs that need `tool` messages to follow their `tool_calls`."""
-        return [self.messages[0]] + [m for m in self.current_turn if m.get("role") != "system"]
-
-    @property
-    def memory_lines(self) -> list[str]:
-        return [s.line for s in self.selected]
-
-    @property
-    def tokens_saved(self) -> int:
-        return self.tokens_before - self.tokens_after
-
-    @property
-    def ratio(self) -> float:
-        """tokens_after / tokens_before."""
-        return self.tokens_after / self.tokens_before if self.tokens_before else 1.0
-
-    def to_dict(self, with_cards: bool = False) -> dict[str, Any]:
-        d = asdict(self)
-        d.pop("current_turn", None)
-        if not with_cards:
-            for s in d["selected"]:
-                s.pop("card", None)
-        d["tokens_saved"] = self.tokens_saved
-        return d
+    config = config or MemoryConfig()
+    valuer: Valuer = HeuristicValuer()
+    if scorer is not None:
+        learned = ScorerValuer.from_pretrained(str(scorer)) if isinstance(scorer, (str, os.PathLike)) \
+            else ScorerValuer(scorer)
+        valuer = HybridValuer(valuer, learned, config.hybrid_weight)
+    return CachedValuer(valuer, ttl_s=config.value_ttl_s)
 
 
 def _now_iso(t: float) -> str:
@@ -244,14 +157,7 @@ class DecisionAwareMemory:
         self.path = Path(path) if path else None
         self.store = CardStore(db, store_config)
         self.index = CardIndex(self.store, encoder, faiss_path, index_config)
-        if valuer is None:
-            valuer = HeuristicValuer()
-            if scorer is not None:
-                learned = ScorerValuer.from_pretrained(str(scorer)) if isinstance(scorer, (str, os.PathLike)) \
-                    else ScorerValuer(scorer)
-                valuer = HybridValuer(valuer, learned, self.config.hybrid_weight)
-            valuer = CachedValuer(valuer, ttl_s=self.config.value_ttl_s)
-        self.valuer = valuer
+        self.valuer = valuer if valuer is not None else default_valuer(scorer, self.config)
         self.selector = selector or TopK(12)
         self.compressor = compressor or TemplateCompressor()
         self._tokenizer_spec = tokenizer
@@ -403,10 +309,27 @@ class DecisionAwareMemory:
 
     # ------------------------------------------------------------------ build
 
+    def observe(self, messages: Sequence[dict[str, Any]], session_id: str | None = None) -> int:
+        """Record the messages of a live conversation the store has not seen yet, up to its current user turn
+        (that turn and after stay out: `build_context` keeps them verbatim), and embed the new cards.
+
+        `build_context` calls it itself; call it directly to ingest as messages arrive (then `build_context`
+        spends nothing on ingestion). Returns the number of messages recorded.
+        """
+        sid = session_id or self.config.session_id
+        msgs = list(messages)
+        u = split_conversation(msgs)[3]
+        seen = self.store.session_state(sid)["n_messages"]
+        if seen < u:
+            self.add_messages(msgs[seen:u], sid)
+        self.index.sync()
+        return max(0, u - seen)
+
     def build_context(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None,
                       system: str | None = None, budget_tokens: int | None = None, *, session_id: str | None = None,
-                      now: float | None = None) -> Context:
-        """Assemble the prompt for the next decision.
+                      now: float | None = None, valuer: Valuer | None = None, selector: Selector | None = None,
+                      compressor: Compressor | None = None) -> Context:
+        """Assemble the prompt for the next decision: ingest → retrieve → value → select → compress → assemble.
 
         Args:
             messages: the live conversation (OpenAI format). Messages before the current (last) user
@@ -417,42 +340,46 @@ class DecisionAwareMemory:
             budget_tokens: memory budget (default: `budget_fraction` of what the window has left).
             session_id: session of `messages` (default: the memory's).
             now: decision time in epoch seconds (default: now).
+            valuer / selector / compressor: use these for this call instead of the memory's own (e.g. to
+                compare valuers on one store); the same retrieval, packing and assembly run either way.
         """
         t_start = time.perf_counter()
         cfg = self.config
         sid = session_id or cfg.session_id
         now = time.time() if now is None else now
+        valuer, selector = valuer or self.valuer, selector or self.selector
+        compressor = compressor or self.compressor
         msgs = list(messages)
         own_system, history, turn, u = split_conversation(msgs)
         system = system if system is not None else own_system
         timings: dict[str, float] = {}
 
         t = time.perf_counter()
-        seen = self.store.session_state(sid)["n_messages"]
-        if seen < u:
-            self.add_messages(msgs[seen:u], sid)
+        self.observe(msgs, sid)
+        timings["ingest"] = (time.perf_counter() - t) * 1000
+
+        t = time.perf_counter()
         query = render_decision_query(msgs, list(tools) if tools else None)
         stored, why = self.candidates(query, exclude_session=sid, from_position=u)
         cards = [sc.card for sc in stored]
         timings["retrieve"] = (time.perf_counter() - t) * 1000
 
         t = time.perf_counter()
-        values = self.valuer.value(query, cards, now) if cards else np.zeros(0, dtype=np.float32)
+        valuer.bind(self)
+        values = valuer.value(query, cards, now) if cards else np.zeros(0, dtype=np.float32)
         timings["value"] = (time.perf_counter() - t) * 1000
 
         t = time.perf_counter()
-        base_msgs = assemble(system, tools, [], turn)
-        base_tokens = self._prompt_tokens(base_msgs)
+        base_tokens = self._prompt_tokens(assemble(system, tools, [], turn))
         budget = budget_tokens if budget_tokens is not None else \
             default_budget(cfg.context_window, base_tokens, cfg.budget_fraction)
-        lines = [f"[{c.card_id}] {template_compress(c)}" for c in cards]
-        line_tokens = self._count_many(lines)
-        sel = self.selector.select(cards, values, line_tokens, budget, now)
+        line_tokens = self._count_many([f"[{c.card_id}] {text}" for c, text in zip(cards, compressor.preview(cards))])
+        sel = selector.select(cards, values, line_tokens, budget, now)
         timings["select"] = (time.perf_counter() - t) * 1000
 
         t = time.perf_counter()
         kept = sorted(sel.kept, key=lambda i: (stored[i].t, cards[i].position, cards[i].card_id))
-        compressed = self.compressor.compress([cards[i] for i in kept], query)
+        compressed = compressor.compress([cards[i] for i in kept], query)
         kept_tokens = self._count_many([c.line for c in compressed])
         timings["compress"] = (time.perf_counter() - t) * 1000
 
@@ -470,9 +397,8 @@ class DecisionAwareMemory:
                                cards[i].n_tokens, reason, why[cards[i].card_id])
                    for i, reason in sorted(sel.dropped.items(), key=lambda kv: -float(sel.scores[kv[0]]))]
         ctx = Context(out_msgs, selected, dropped, query, budget, tokens_before, tokens_after, sum(kept_tokens),
-                      timings, len(cards), self.store.count("hot"), sid,
-                      getattr(self.valuer, "name", type(self.valuer).__name__),
-                      getattr(self.selector, "name", type(self.selector).__name__), turn)
+                      timings, len(cards), self.store.count("hot"), sid, getattr(valuer, "name", type(valuer).__name__),
+                      getattr(selector, "name", type(selector).__name__), turn)
         if cfg.record:
             self.store.record_values({c.card_id: float(v) for c, v in zip(cards, values)})
             self.store.save_context(sid, ctx.to_dict())
@@ -506,77 +432,14 @@ class DecisionAwareMemory:
 
     def archive(self, min_age_s: float = 7 * 86400, max_value: float = 0.2, *, keep_pinned: bool = True,
                 now: float | None = None) -> list[str]:
-        """Move cards older than `min_age_s` whose best value so far is ≤ `max_value` (never valued counts
-        as 0) to the cold tier and out of the FAISS index. Returns the archived card ids."""
-        now = time.time() if now is None else now
-        ids = [cid for cid, t, vmax, pinned in self.store.lifecycle_rows("hot")
-               if now - t >= min_age_s and (vmax or 0.0) <= max_value and not (keep_pinned and pinned)]
-        self.store.set_tier(ids, "cold", now)
-        if ids and self.index.ntotal:
-            self.index.sync()
-        logger.info("archived %d cards", len(ids))
-        return ids
+        """Move cards older than `min_age_s` whose best value so far is ≤ `max_value` to the cold tier
+        (`damc.runtime.lifecycle.archive`). Returns the archived card ids."""
+        return lifecycle.archive(self, min_age_s, max_value, keep_pinned=keep_pinned, now=now)
 
     def merge_similar(self, threshold: float = 0.92, *, neighbors: int = 16) -> list[Card]:
-        """Merge near-duplicate hot cards (cosine ≥ `threshold`, same kind and tool) into one card each.
-
-        The merged card is the newest member with `meta["merged_from"]` and `meta["atoms"]` (the union
-        of every member's `critical_atoms` and required atoms; its raw text and template line carry them all); the members
-        move to the cold tier. Returns the new cards.
-        """
-        self.index.sync()
-        rows = [tuple(r) for r in self.store.hot_rows()]
-        if len(rows) < 2:
-            return []
-        vecs = self.index._vectors_for(rows)
-        rowids = [r for r, _ in rows]
-        by_row = {sc.rowid: sc for sc in self.store.by_rowids(rowids)}
-        parent = {r: r for r in rowids}
-
-        def find(x: int) -> int:
-            while parent[x] != x:
-                parent[x] = parent[parent[x]]
-                x = parent[x]
-            return x
-
-        for i, r in enumerate(rowids):
-            ids, sims = self.index.search(vecs[i], neighbors)
-            a = by_row[r].card
-            for r2, s in zip(ids, sims):
-                r2 = int(r2)
-                if r2 == r or s < threshold or r2 not in by_row:
-                    continue
-                b = by_row[r2].card
-                if a.kind == b.kind and a.tool_name == b.tool_name:
-                    parent[find(r)] = find(r2)
-        clusters: dict[int, list[int]] = {}
-        for r in rowids:
-            clusters.setdefault(find(r), []).append(r)
-        merged: list[Card] = []
-        for members in clusters.values():
-            if len(members) < 2:
-                continue
-            scs = sorted((by_row[r] for r in members), key=lambda sc: (sc.t, sc.rowid))
-            newest = scs[-1]
-            atoms: set[str] = set()
-            sources: list[str] = []
-            for sc in scs:
-                atoms |= required_atoms(sc.card) | critical_atoms(sc.card.raw_text)
-                sources += sc.card.meta.get("merged_from", [sc.card.card_id]) if sc.card.meta else [sc.card.card_id]
-            base = Card.from_dict(json.loads(json.dumps(newest.card.to_dict())))
-            missing = sorted(a for a in atoms if a not in base.raw_text)
-            base.card_id = f"{newest.card.card_id}+merged{len(scs)}"
-            if missing:
-                base.raw_text += f" [merged with {len(scs) - 1} similar: also " + ", ".join(missing) + "]"
-            base.meta = {**(base.meta or {}), "merged_from": sources, "atoms": sorted(atoms)}
-            base.n_tokens = self.count_tokens(base.raw_text)
-            self.store.add_cards([base], newest.session_id, [any(sc.pinned for sc in scs)])
-            self.store.set_tier([sc.card.card_id for sc in scs], "cold")
-            merged.append(base)
-        if merged:
-            self.index.sync()
-        logger.info("merged %d clusters", len(merged))
-        return merged
+        """Merge near-duplicate hot cards into one card each, keeping every atom
+        (`damc.runtime.lifecycle.merge_similar`). Returns the new cards."""
+        return lifecycle.merge_similar(self, threshold, neighbors=neighbors)
 
     # ------------------------------------------------------------------ housekeeping
 
@@ -598,4 +461,5 @@ class DecisionAwareMemory:
         return self.store.count("hot")
 
 
-__all__ = ["DecisionAwareMemory", "MemoryConfig", "Context", "SelectedCard", "DroppedCard", "make_card_id"]
+__all__ = ["DecisionAwareMemory", "MemoryConfig", "Context", "SelectedCard", "DroppedCard", "default_valuer",
+           "make_card_id"]

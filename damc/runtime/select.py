@@ -40,6 +40,15 @@ def default_budget(context_window: int, used_tokens: int, fraction: float = 0.65
     return max(0, int((context_window - used_tokens) * fraction))
 
 
+def best_first(cards: Sequence[Card], scores: Sequence[float]) -> list[int]:
+    """Indices by descending score; ties go to the newer card (later message), then the card id."""
+    def key(i: int) -> tuple[float, int, str]:
+        c = cards[i]
+        return (-float(scores[i]), -(c.result_index if c.result_index is not None else c.position), c.card_id)
+
+    return sorted(range(len(scores)), key=key)
+
+
 @dataclass
 class Selection:
     """What a selector decided.
@@ -81,9 +90,10 @@ class Selector(ABC):
             now: epoch seconds of the decision (for time decay).
         """
 
-    def _greedy(self, scores: np.ndarray, tokens: Sequence[int], budget: int, k: int | None,
+    def _greedy(self, cards: Sequence[Card], scores: np.ndarray, tokens: Sequence[int], budget: int, k: int | None,
                 min_value: float | None) -> Selection:
-        order = sorted(range(len(scores)), key=lambda i: (-float(scores[i]), i))
+        """The one packing rule: best value first (ties: the newer card), skip a card that does not fit."""
+        order = best_first(cards, scores)
         kept: list[int] = []
         dropped: dict[int, str] = {}
         used = 0
@@ -109,7 +119,7 @@ class TopK(Selector):
         self.k = k
 
     def select(self, cards, values, tokens, budget, now=None) -> Selection:
-        return self._greedy(self.adjust(cards, values, now), tokens, budget, self.k, None)
+        return self._greedy(cards, self.adjust(cards, values, now), tokens, budget, self.k, None)
 
 
 class Threshold(Selector):
@@ -121,7 +131,7 @@ class Threshold(Selector):
         self.min_value, self.k = min_value, k
 
     def select(self, cards, values, tokens, budget, now=None) -> Selection:
-        return self._greedy(self.adjust(cards, values, now), tokens, budget, self.k, self.min_value)
+        return self._greedy(cards, self.adjust(cards, values, now), tokens, budget, self.k, self.min_value)
 
 
 def card_age(cards: Sequence[Card], now: float | None) -> tuple[np.ndarray, str]:
@@ -159,7 +169,7 @@ class DecayHybrid(Selector):
         return (np.asarray(values, dtype=np.float64) * np.exp(-lam * ages)).astype(np.float32)
 
     def select(self, cards, values, tokens, budget, now=None) -> Selection:
-        return self._greedy(self.adjust(cards, values, now), tokens, budget, self.k, self.min_value)
+        return self._greedy(cards, self.adjust(cards, values, now), tokens, budget, self.k, self.min_value)
 
 
 def exp_decay(value: float, hours: float, lam: float) -> float:

@@ -371,6 +371,17 @@ class CardStore:
         rows = self._query(f"SELECT {self._COLS} FROM cards WHERE card_id = ?", (card_id,))
         return self._stored(rows[0]) if rows else None
 
+    def rows_for(self, card_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """`card_id -> (rowid, seq)` for the ids the store holds (any tier)."""
+        out: dict[str, tuple[int, int]] = {}
+        ids = list(dict.fromkeys(card_ids))
+        for i in range(0, len(ids), 900):
+            chunk = ids[i:i + 900]
+            for cid, r, s in self._query(f"SELECT card_id, rowid, seq FROM cards WHERE card_id IN "
+                                         f"({','.join('?' * len(chunk))})", chunk):
+                out[cid] = (r, s)
+        return out
+
     def by_rowids(self, rowids: Sequence[int]) -> list[StoredCard]:
         """Cards for these rowids, in the given order (unknown rowids are skipped)."""
         if not rowids:

@@ -1,0 +1,194 @@
+"""Results of an A/B run: aggregation of the per-decision records, the table, the Pareto plot, operating points.
+
+`aggregate(records, ...)` gives `results.json`:
+
+* `policies["name@setting"]` — accuracy with a **cluster-bootstrap** 95 % interval (episodes resampled),
+  median gold log-prob and prompt tokens, overheads, and the memory metrics over decisions with key cards:
+  `key_recall` (share of key cards kept), `key_hit` (a key card kept), `candidate_recall` (share of key cards
+  that reached the candidate set — no valuer can pick what retrieval missed) and `confuser_rate` (contexts
+  holding a distractor's argument value the gold does not use);
+* `paired["name@setting"]` — accuracy Δ against `window` at the same budget on the decisions both succeeded
+  on (cluster bootstrap), and the median per-decision prompt-token ratio;
+* `pareto` — the points no other point beats on both accuracy and median prompt tokens.
+
+A budget-free policy (`full`, setting `none`) is reported at every budget. `operating_points(dev_results)`
+chooses each policy's setting on a dev split (best accuracy at ≤ window's tokens).
+
+Example:
+    >>> res = aggregate(records, decision_ids, ["window", "damc"], config)
+    >>> res["policies"]["damc@1024"]["accuracy"], res["paired"]["damc@1024"]["ci"]
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from damc.eval.metrics import summarize_records
+from damc.eval.stats import paired_bootstrap
+
+BASELINE = "window"
+NO_BUDGET = "none"   # the setting of budget-free policies
+REFERENCES = ("oracle", "damc_teacher")
+
+
+def budget_of(setting: str) -> str:
+    """`"1024/k4"` → `"1024"`."""
+    return str(setting).split("/")[0]
+
+
+def aggregate(records: Iterable[dict[str, Any]], decision_ids: Sequence[str], policies: Sequence[str],
+              config: dict[str, Any], *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """results.json from records: one entry per `policy@setting`, paired deltas vs `window@budget`."""
+    wanted, names = set(decision_ids), set(policies)
+    by: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for r in records:
+        if r["decision_id"] in wanted and r["policy"] in names:
+            by.setdefault((r["policy"], str(r["setting"])), {})[r["decision_id"]] = r
+    budgets = sorted({budget_of(s) for (_, s) in by if s != NO_BUDGET}, key=int)
+    res: dict[str, Any] = {"policies": {}, "paired": {}, "config": config}
+    for name in dict.fromkeys(policies):
+        settings = sorted({s for (n, s) in by if n == name}, key=_setting_order)
+        if settings == [NO_BUDGET]:
+            settings = budgets  # a budget-free policy stands at every budget
+        for s in settings:
+            recs = by.get((name, s)) or by.get((name, NO_BUDGET))
+            key = f"{name}@{s}"
+            entry = summarize_records(list(recs.values()), n_boot=n_boot, seed=seed)
+            entry.update(policy=name, setting=s, budget=int(budget_of(s)))
+            res["policies"][key] = entry
+            base = by.get((BASELINE, budget_of(s)))
+            if (name == BASELINE and s == budget_of(s)) or not base:
+                continue
+            res["paired"][key] = paired(recs, base, decision_ids, f"{BASELINE}@{budget_of(s)}", n_boot, seed)
+    res["pareto"] = pareto_front(res)
+    return res
+
+
+def _setting_order(s: str) -> tuple:
+    parts = s.split("/")
+    return (int(parts[0]) if parts[0].isdigit() else 1 << 40, len(parts), s)
+
+
+def paired(recs: dict[str, dict[str, Any]], base: dict[str, dict[str, Any]], decision_ids: Sequence[str], vs: str,
+           n_boot: int, seed: int) -> dict[str, Any]:
+    """Accuracy Δ and token ratio of `recs` against `base` on the decisions both succeeded on."""
+    common = [i for i in decision_ids if i in recs and i in base and not recs[i].get("failed")
+              and not base[i].get("failed")]
+    pb = paired_bootstrap([float(recs[i]["correct"]) for i in common], [float(base[i]["correct"]) for i in common],
+                          clusters=[recs[i]["episode_id"] for i in common], n_boot=n_boot, seed=seed)
+    tok = [recs[i]["prompt_tokens"] / max(base[i]["prompt_tokens"], 1) for i in common]
+    return {"vs": vs, "accuracy_delta": pb["delta"], "ci": pb["ci"], "n": pb["n"], "n_episodes": pb["n_clusters"],
+            "p_le_0": pb["p_le_0"], "prompt_token_ratio": float(np.median(tok)) if tok else float("nan")}
+
+
+def pareto_front(results: dict[str, Any]) -> list[str]:
+    """Keys of the deployable points (references excluded) that no other deployable point dominates (at least as
+    accurate with at most as many median prompt tokens, and better on one)."""
+    pts = {k: (e["accuracy"], e["prompt_tokens"]) for k, e in results["policies"].items()
+           if e["policy"] not in REFERENCES and np.isfinite(e["accuracy"]) and np.isfinite(e["prompt_tokens"])}
+    front = []
+    for k, (a, t) in pts.items():
+        if not any((a2 >= a and t2 <= t) and (a2 > a or t2 < t) for k2, (a2, t2) in pts.items() if k2 != k):
+            front.append(k)
+    return sorted(front, key=lambda k: pts[k][1])
+
+
+def operating_points(dev: dict[str, Any]) -> dict[str, str]:
+    """Per policy, the setting chosen on a dev split: the most accurate one whose median prompt tokens are at most
+    `window`'s at the same budget (ties: fewer tokens); without such a setting, the most accurate one."""
+    P = dev["policies"]
+    out: dict[str, str] = {}
+    for name in dict.fromkeys(e["policy"] for e in P.values()):
+        cands = [e for e in P.values() if e["policy"] == name and np.isfinite(e["accuracy"])]
+        if not cands:
+            continue
+
+        def fits(e: dict[str, Any]) -> bool:
+            w = P.get(f"{BASELINE}@{budget_of(e['setting'])}")
+            return w is not None and e["prompt_tokens"] <= w["prompt_tokens"]
+
+        pool = [e for e in cands if fits(e)] or cands
+        best = max(pool, key=lambda e: (e["accuracy"], -e["prompt_tokens"]))
+        out[name] = best["setting"]
+    return out
+
+
+# ----------------------------------------------------------------------------- rendering
+
+def _f(x: Any, nd: int = 3) -> str:
+    return "–" if x is None or (isinstance(x, float) and not np.isfinite(x)) else f"{x:.{nd}f}"
+
+
+def results_table(results: dict[str, Any]) -> str:
+    """The results as a Markdown table (one row per policy@setting, grouped by budget)."""
+    rows = ["| policy | setting | accuracy [95% CI] | Δacc vs window [95% CI] | tokens vs window | prompt tokens (median) "
+            "| key hit | key recall | candidate recall | confuser rate | overhead ms p50 | LLM ms p50 | n | failed |",
+            "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    entries = sorted(results["policies"].items(), key=lambda kv: (kv[1]["budget"], _setting_order(kv[1]["setting"]),
+                                                                 kv[0]))
+    front = set(results.get("pareto") or [])
+    for key, e in entries:
+        p = results["paired"].get(key)
+        delta = f"{p['accuracy_delta']:+.3f} [{_f(p['ci'][0])}, {_f(p['ci'][1])}]" if p else "(baseline)"
+        ratio = _f(p["prompt_token_ratio"], 2) if p else "1.00"
+        mark = " ◆" if key in front else ""
+        rows.append(f"| {e['policy']}{mark} | {e['setting']} | {_f(e['accuracy'])} [{_f(e['accuracy_ci'][0])}, "
+                    f"{_f(e['accuracy_ci'][1])}] | {delta} | {ratio} | {_f(e['prompt_tokens'], 0)} | "
+                    f"{_f(e.get('key_hit'), 2)} | {_f(e.get('key_recall'), 2)} | {_f(e.get('candidate_recall'), 2)} | "
+                    f"{_f(e.get('confuser_rate'), 2)} | {_f(e['overhead_ms_p50'], 1)} | {_f(e['llm_ms_p50'], 0)} | "
+                    f"{e['n_decisions']} | {e['n_failed']} |")
+    return "\n".join(rows) + "\n\n◆ on the Pareto front (accuracy vs median prompt tokens, references excluded)\n"
+
+
+def plot_pareto(results: dict[str, Any], path: Path) -> None:
+    """Accuracy vs median prompt tokens: one curve per policy (its budgets and sweep points in token order), 95 %
+    intervals; references dashed; the Pareto front circled."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    P = results["policies"]
+    for name in dict.fromkeys(e["policy"] for e in P.values()):
+        es = sorted((e for e in P.values() if e["policy"] == name and np.isfinite(e["prompt_tokens"])),
+                    key=lambda e: e["prompt_tokens"])
+        if not es:
+            continue
+        x, y = [e["prompt_tokens"] for e in es], [e["accuracy"] for e in es]
+        err = [[max(e["accuracy"] - e["accuracy_ci"][0], 0) for e in es],
+               [max(e["accuracy_ci"][1] - e["accuracy"], 0) for e in es]]
+        ax.errorbar(x, y, yerr=err, marker="o", markersize=4, linestyle="--" if name in REFERENCES else "-",
+                    capsize=2, label=name, alpha=0.85)
+    front = [P[k] for k in results.get("pareto") or [] if k in P]
+    if front:
+        ax.scatter([e["prompt_tokens"] for e in front], [e["accuracy"] for e in front], s=140, facecolors="none",
+                   edgecolors="black", linewidths=1.2, label="Pareto front", zorder=5)
+    ax.set_xlabel("prompt tokens (median, decision-LLM tokenizer)")
+    ax.set_ylabel("decision accuracy (multiple choice)")
+    ax.set_xscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    ax.set_title(f"Accuracy vs. prompt tokens ({results.get('config', {}).get('decision_llm', '')})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_results(out_dir: Path, results: dict[str, Any]) -> None:
+    """results.json, results.md and pareto.png into `out_dir` (each written atomically)."""
+    from damc.data.episodes import atomic_write_text
+
+    atomic_write_text(out_dir / "results.json", json.dumps(results, indent=2, default=str))
+    cfg = results.get("config", {})
+    hw = cfg.get("hardware", {})
+    head = (f"# DAMC A/B results\n\ndata: `{cfg.get('data', {}).get('path')}` · decision LLM: "
+            f"`{cfg.get('decision_llm')}` · hardware: {hw.get('cpu_count')} CPUs ({hw.get('cuda') or 'no GPU'})\n\n")
+    atomic_write_text(out_dir / "results.md", head + results_table(results))
+    tmp = out_dir / ".pareto.tmp.png"
+    plot_pareto(results, tmp)
+    tmp.replace(out_dir / "pareto.png")

@@ -1,0 +1,127 @@
+"""What `DecisionAwareMemory.build_context` returns: the assembled prompt and every card decision behind it.
+
+`Context` holds the messages to send, the kept cards (`SelectedCard`, prompt order, with value, score,
+tokens and compressed line), the dropped candidates (`DroppedCard`, with the reason), the decision query,
+token counts before/after and per-stage timings. `candidate_ids` is every card the valuer saw.
+
+Example:
+    >>> ctx = memory.build_context(messages, tools=tools)
+    >>> ctx.memory_lines[:2], ctx.tokens_saved, ctx.timings_ms["total"]
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from damc.cards import Card
+
+
+@dataclass
+class SelectedCard:
+    """A kept card.
+
+    Attributes:
+        card_id: the card (expand with `memory.expand(card_id)`).
+        value: the valuer's value.
+        score: the value the selector ranked by (after decay).
+        tokens: tokens of its compressed line.
+        raw_tokens: tokens of the raw card.
+        text: compressed text.
+        line: `[card_id] text` as it appears in the prompt.
+        source: "template" or "llm".
+        retrieved_by: why it was a candidate ("similar", "recent", "pinned").
+        card: the raw card.
+    """
+
+    card_id: str
+    value: float
+    score: float
+    tokens: int
+    raw_tokens: int
+    text: str
+    line: str
+    source: str
+    retrieved_by: list[str]
+    card: Card | None = None
+
+
+@dataclass
+class DroppedCard:
+    """A candidate that did not make it, and why ("budget", "below_threshold", "rank")."""
+
+    card_id: str
+    value: float
+    score: float
+    tokens: int
+    raw_tokens: int
+    reason: str
+    retrieved_by: list[str]
+
+
+@dataclass
+class Context:
+    """The result of `build_context`.
+
+    Attributes:
+        messages: the assembled chat messages to send to the model.
+        selected: kept cards (prompt order, oldest first) with scores and compressed text.
+        dropped: candidates that were not kept, with the reason.
+        decision_query: the query the valuer saw.
+        budget_tokens: the memory budget.
+        tokens_before: prompt tokens of the whole conversation sent verbatim (no DAMC).
+        tokens_after: prompt tokens of `messages`.
+        memory_tokens: tokens of the kept memory lines.
+        timings_ms: wall time per stage (retrieve, value, select, compress, assemble) and total.
+        n_candidates: candidates scored.
+        n_hot: hot cards in the store (the rest were "not retrieved").
+        session_id: the session.
+    """
+
+    messages: list[dict[str, str]]
+    selected: list[SelectedCard]
+    dropped: list[DroppedCard]
+    decision_query: str
+    budget_tokens: int
+    tokens_before: int
+    tokens_after: int
+    memory_tokens: int
+    timings_ms: dict[str, float]
+    n_candidates: int
+    n_hot: int
+    session_id: str
+    valuer: str = ""
+    selector: str = ""
+    current_turn: list[dict[str, Any]] = field(default_factory=list)
+
+    def openai_messages(self) -> list[dict[str, Any]]:
+        """The assembled system message, then the current turn exactly as given (tool-call structure
+        intact), for APIs that need `tool` messages to follow their `tool_calls`."""
+        return [self.messages[0]] + [m for m in self.current_turn if m.get("role") != "system"]
+
+    @property
+    def candidate_ids(self) -> list[str]:
+        """Every card the valuer saw (kept, then dropped)."""
+        return [s.card_id for s in self.selected] + [d.card_id for d in self.dropped]
+
+    @property
+    def memory_lines(self) -> list[str]:
+        return [s.line for s in self.selected]
+
+    @property
+    def tokens_saved(self) -> int:
+        return self.tokens_before - self.tokens_after
+
+    @property
+    def ratio(self) -> float:
+        """tokens_after / tokens_before."""
+        return self.tokens_after / self.tokens_before if self.tokens_before else 1.0
+
+    def to_dict(self, with_cards: bool = False) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("current_turn", None)
+        if not with_cards:
+            for s in d["selected"]:
+                s.pop("card", None)
+        d["tokens_saved"] = self.tokens_saved
+        return d

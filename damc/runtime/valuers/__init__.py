@@ -1,0 +1,32 @@
+"""Valuers: how much each candidate card matters for the next decision (one value per card, higher = keep).
+
+| valuer | what it values | module |
+| --- | --- | --- |
+| `HeuristicValuer` | errors, user constraints, fresh tool results, ids shared with the query (the cold-start prior) | `heuristic` |
+| `RecencyValuer` | newest first | `heuristic` |
+| `SimilarityValuer` | embedding cosine to the query | `retrieval` |
+| `BM25Valuer` | Okapi BM25 of the query over the candidates | `retrieval` |
+| `GenerativeAgentsValuer` | recency + importance + relevance (Park et al. 2023) | `retrieval` |
+| `ScorerValuer` | the distilled student `CardScorer` | `learned` |
+| `KNNValuer` | the teacher's non-parametric value (similar labelled decisions) | `learned` |
+| `LLMJudgeValuer` | the seed's 0–10 rating prompt with any chat model | `judge` |
+| `HybridValuer`, `CachedValuer` | compose others (weighted mix; TTL cache) | `base` |
+
+Every valuer returns values in [0, 1], so `Threshold(τ)` and mixes compare like with like.
+
+Example:
+    >>> v = HybridValuer(HeuristicValuer(), ScorerValuer(CardScorer.from_pretrained("artifacts/scorer")), 0.8)
+    >>> values = CachedValuer(v, ttl_s=60).value(query, cards)
+"""
+
+from damc.runtime.valuers.base import CachedValuer, HybridValuer, Valuer, card_hash, sigmoid
+from damc.runtime.valuers.heuristic import (CONSTRAINT_PATTERNS, HeuristicValuer, HeuristicWeights, RecencyValuer,
+                                            is_constraint, is_pinned, recency_order)
+from damc.runtime.valuers.judge import JUDGE_PROMPT, LLMJudgeValuer, parse_rating
+from damc.runtime.valuers.learned import CrossEncoderScorer, KNNValuer, ScorerValuer
+from damc.runtime.valuers.retrieval import BM25Valuer, GenerativeAgentsValuer, SimilarityValuer, bm25_tokens
+
+__all__ = ["BM25Valuer", "CONSTRAINT_PATTERNS", "CachedValuer", "CrossEncoderScorer", "GenerativeAgentsValuer",
+           "HeuristicValuer", "HeuristicWeights", "HybridValuer", "JUDGE_PROMPT", "KNNValuer", "LLMJudgeValuer",
+           "RecencyValuer", "ScorerValuer", "SimilarityValuer", "Valuer", "bm25_tokens", "card_hash", "is_constraint",
+           "is_pinned", "parse_rating", "recency_order", "sigmoid"]

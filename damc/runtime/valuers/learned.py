@@ -1,0 +1,98 @@
+"""Learned valuers: the distilled student (`ScorerValuer`) and the teacher's non-parametric value (`KNNValuer`).
+
+Both squash their raw outputs with a sigmoid into [0, 1]. `CrossEncoderScorer` stands in for an untrained
+scorer (a sentence-transformers `CrossEncoder` initialised from MiniLM) in benchmarks.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+import numpy as np
+
+from damc.cards import Card
+from damc.query import render_card
+from damc.runtime.valuers.base import Valuer, sigmoid
+
+logger = logging.getLogger(__name__)
+
+class ScorerValuer(Valuer):
+    """The distilled student scorer (`CardScorer.score(query, cards)`), squashed to [0, 1].
+
+    Args:
+        scorer: a `damc.scorer.CardScorer` (or any object with `.score(query, cards) -> array`).
+        temperature: sigmoid temperature applied to the raw scores.
+    """
+
+    name = "scorer"
+
+    def __init__(self, scorer: Any, temperature: float = 1.0):
+        self.scorer, self.temperature = scorer, temperature
+
+    @classmethod
+    def from_pretrained(cls, path: str, dtype: str = "auto", backend: str = "auto", temperature: float = 1.0,
+                        **scorer_kwargs: Any) -> "ScorerValuer":
+        """Load an exported scorer for the runtime: the int8 ONNX file when the directory has one (fastest on
+        CPU, `export.py int8=true`), else torch in bf16 where the CPU/GPU runs it natively (2-3x fp32).
+
+        Args:
+            path: scorer directory.
+            dtype / backend: see `CardScorer.from_pretrained` ("auto" by default).
+            temperature: sigmoid temperature.
+            scorer_kwargs: other `CardScorer.from_pretrained` arguments (device, max_batch_tokens, ...).
+        """
+        from damc.scorer import CardScorer
+
+        if "device" not in scorer_kwargs:
+            try:  # a GPU when torch sees one; a runtime-only install has no torch and scores on the CPU
+                from damc.models import pick_device
+
+                scorer_kwargs["device"] = pick_device()
+            except ImportError:
+                scorer_kwargs["device"] = "cpu"
+        return cls(CardScorer.from_pretrained(path, dtype=dtype, backend=backend, **scorer_kwargs), temperature)
+
+    def value(self, query: str, cards: Sequence[Card], now: float | None = None) -> np.ndarray:
+        if not cards:
+            return np.zeros(0, dtype=np.float32)
+        return sigmoid(np.asarray(self.scorer.score(query, list(cards))), self.temperature)
+
+
+class CrossEncoderScorer:
+    """A `CardScorer` stand-in over a sentence-transformers `CrossEncoder` (e.g. one initialised from
+    `minilm-l6` before a student is trained). Scores `(query, render_card(card))` pairs."""
+
+    def __init__(self, model: str = "minilm-l6", max_length: int = 256, device: str = "cpu"):
+        from sentence_transformers import CrossEncoder
+
+        from damc.models import resolve_model
+
+        self.model = CrossEncoder(resolve_model(model), num_labels=1, max_length=max_length, device=device)
+
+    def score(self, decision_query: str, cards: Sequence[Card | str]) -> np.ndarray:
+        texts = [c if isinstance(c, str) else render_card(c) for c in cards]
+        return np.asarray(self.model.predict([(decision_query, t) for t in texts], batch_size=64,
+                                             show_progress_bar=False), dtype=np.float32).reshape(-1)
+
+
+class KNNValuer(Valuer):
+    """The teacher's non-parametric value (`KNNValue.value(decision_text, cards)`), squashed to [0, 1].
+
+    Args:
+        knn: a fitted `damc.runtime.knn.KNNValue` (or anything with that `value` method).
+        temperature: sigmoid temperature (the aggregated deltas are in nats).
+    """
+
+    name = "knn"
+
+    def __init__(self, knn: Any, temperature: float = 1.0):
+        self.knn, self.temperature = knn, temperature
+
+    def value(self, query: str, cards: Sequence[Card], now: float | None = None) -> np.ndarray:
+        if not cards:
+            return np.zeros(0, dtype=np.float32)
+        return sigmoid(np.asarray(self.knn.value(query, list(cards)), dtype=np.float64), self.temperature)
+
+
+# ----------------------------------------------------------------------------- LLM judge

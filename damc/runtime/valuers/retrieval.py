@@ -1,0 +1,142 @@
+"""Retrieval valuers: relevance to the decision query without a trained model.
+
+* `SimilarityValuer` — cosine of card and query embeddings (the memory's own encoder and cached card
+  embeddings when bound to a `DecisionAwareMemory`), clipped to [0, 1].
+* `BM25Valuer` — Okapi BM25 (`bm25s`) of the query over the candidates, divided by the best score.
+* `GenerativeAgentsValuer` — Park et al. (2023): recency + importance + relevance, each min-max normalised.
+
+Example:
+    >>> memory = DecisionAwareMemory(path, valuer=BM25Valuer())
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Sequence
+
+import numpy as np
+
+from damc.cards import Card
+from damc.query import render_card
+from damc.runtime.valuers.base import Valuer
+from damc.runtime.valuers.heuristic import HeuristicValuer, query_body
+
+_TOKEN_RE = re.compile(r"[A-Za-z]+|\d+")
+
+
+def bm25_tokens(text: str) -> list[str]:
+    """Lower-cased words and digit runs (identifiers split on punctuation and underscores)."""
+    return [t.lower() for t in _TOKEN_RE.findall(text)]
+
+
+class SimilarityValuer(Valuer):
+    """Cosine similarity of each card's embedding to the query's, clipped to [0, 1].
+
+    Bound to a memory, it reuses the memory's encoder, the query vector of the FAISS search and the card
+    embeddings cached in the store (nothing is encoded twice); standalone it loads `encoder` itself.
+
+    Args:
+        encoder: registry name / path of a sentence encoder, or an object with `.encode(texts, ...)`.
+    """
+
+    name = "similarity"
+
+    def __init__(self, encoder: str | Any = "minilm-l6"):
+        self.encoder_spec = encoder
+        self._memory: Any = None
+        self._encoder: Any = None if isinstance(encoder, str) else encoder
+
+    def bind(self, memory: Any) -> None:
+        self._memory = memory
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        if self._encoder is None:
+            from damc.runtime.index import load_card_encoder
+
+            self._encoder = load_card_encoder(self.encoder_spec)
+        return np.asarray(self._encoder.encode(texts, normalize_embeddings=True, convert_to_numpy=True,
+                                               show_progress_bar=False), dtype=np.float32)
+
+    def value(self, query: str, cards: Sequence[Card], now: float | None = None) -> np.ndarray:
+        if not cards:
+            return np.zeros(0, dtype=np.float32)
+        if self._memory is not None:
+            q = self._memory.index.query_vector(query)                 # (dim,)
+            vecs = self._memory.index.card_vectors([c.card_id for c in cards])  # (n, dim)
+        else:
+            q = self._encode([query])[0]
+            vecs = self._encode([render_card(c) for c in cards])
+        return np.clip(vecs @ q, 0.0, 1.0).astype(np.float32)
+
+
+class BM25Valuer(Valuer):
+    """Okapi BM25 (`bm25s`, Lucene variant) of the query body over the candidates' renderings, divided by the
+    best candidate's score (so values are in [0, 1] and a threshold is relative to the best match).
+
+    Args:
+        k1: term-frequency saturation.
+        b: length normalisation.
+    """
+
+    name = "bm25"
+
+    def __init__(self, k1: float = 1.5, b: float = 0.75):
+        self.k1, self.b = k1, b
+
+    def value(self, query: str, cards: Sequence[Card], now: float | None = None) -> np.ndarray:
+        if not cards:
+            return np.zeros(0, dtype=np.float32)
+        import bm25s
+
+        docs = [bm25_tokens(render_card(c)) or ["_"] for c in cards]
+        q = bm25_tokens(query_body(query))
+        if not q:
+            return np.zeros(len(cards), dtype=np.float32)
+        retriever = bm25s.BM25(k1=self.k1, b=self.b)
+        retriever.index(docs, show_progress=False)
+        vocab = retriever.vocab_dict
+        scores = np.asarray(retriever.get_scores([t for t in q if t in vocab]), dtype=np.float64)
+        top = scores.max(initial=0.0)
+        return (scores / top if top > 0 else np.zeros_like(scores)).astype(np.float32)
+
+
+def _minmax(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    span = x.max() - x.min() if x.size else 0.0
+    return (x - x.min()) / span if span > 0 else np.zeros_like(x)
+
+
+class GenerativeAgentsValuer(Valuer):
+    """Park et al. (2023) retrieval: (α·recency + β·importance + γ·relevance) / (α + β + γ), each min-max normalised.
+
+    recency = `decay ** (messages between the card and the newest candidate)` (message distance stands in for
+    game hours); importance = the heuristic prior (errors, user constraints, fresh tool results) instead of an
+    LLM's 1–10 poignancy rating, which would cost one LLM call per card; relevance = embedding cosine.
+
+    Args:
+        decay: recency factor per message.
+        weights: (α, β, γ).
+        encoder: the relevance encoder (the memory's own when bound).
+    """
+
+    name = "generative_agents"
+
+    def __init__(self, decay: float = 0.99, weights: Sequence[float] = (1.0, 1.0, 1.0), encoder: str | Any = "minilm-l6"):
+        self.decay, self.weights = decay, tuple(float(w) for w in weights)
+        if len(self.weights) != 3 or sum(self.weights) <= 0:
+            raise ValueError(f"weights must be three non-negative numbers with a positive sum, got {weights!r}")
+        self.importance = HeuristicValuer()
+        self.relevance = SimilarityValuer(encoder)
+
+    def bind(self, memory: Any) -> None:
+        self.relevance.bind(memory)
+
+    def value(self, query: str, cards: Sequence[Card], now: float | None = None) -> np.ndarray:
+        if not cards:
+            return np.zeros(0, dtype=np.float32)
+        last = np.array([c.result_index if c.result_index is not None else c.position for c in cards], dtype=float)
+        recency = self.decay ** (last.max() - last)
+        a, b, g = self.weights
+        total = (a * _minmax(recency) + b * _minmax(self.importance.value(query, cards, now))
+                 + g * _minmax(self.relevance.value(query, cards, now)))
+        return (total / (a + b + g)).astype(np.float32)
