@@ -9,7 +9,9 @@ chat format: system prompt, then per BFCL turn the user message, one assistant m
 ground-truth step with its `tool_calls`, and one `tool` message per call with the backend's result.
 
 Call strings are parsed with `ast` (a single `name(arg, key=literal, ...)` call, literals only) and
-dispatched to public methods of the involved backend instances; nothing is ever `eval`-ed.
+dispatched to public methods of the involved backend instances; nothing is ever `eval`-ed. That part
+lives in `damc.data.bfcl_replay`; its public names (`parse_call`, `parse_calls`, `ParsedCall`,
+`BFCLCallParseError`, `BFCLBackends`, `bfcl_package_dir`) are re-exported here.
 
 Scenario ids are shared across categories (`multi_turn_base_12` and `multi_turn_long_context_12` are
 the same scenario), so splits hash the scenario number: a scenario lands in the same split whatever
@@ -26,17 +28,11 @@ Example:
 
 from __future__ import annotations
 
-import ast
 import copy
 import hashlib
-import importlib
-import importlib.util
-import inspect
 import json
 import logging
-import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,7 +40,15 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from damc.cards import card_id
+from damc.data.bfcl_replay import (BFCLBackends, BFCLCallParseError, ParsedCall, _backend_config, _import_bfcl,
+                                   bfcl_package_dir, parse_call, parse_calls)
 from damc.data.episodes import Episode
+
+__all__ = ["ASK_MISSING_PARAM_TEXT", "BFCLBackends", "BFCLCallParseError", "CATEGORIES", "MISSING_FUNCTION_TEXT",
+           "NO_ACTION_TEXT", "ParsedCall", "SAMPLE_IDS", "SPLITS", "SYSTEM_PROMPT", "bfcl_package_dir",
+           "build_bfcl_episodes", "build_bfcl_splits", "build_episode", "key_card_ids", "load_bfcl_entries",
+           "load_func_docs", "parse_call", "parse_calls", "sample_episodes", "scenario_of", "scenario_split",
+           "to_openai_tool"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,57 +77,7 @@ _TYPE_MAP = {
 _MIN_KEY_LEN = 3  # shortest literal (chars) that can make a card "key" for a decision
 
 
-class BFCLCallParseError(ValueError):
-    """A ground-truth call string that is not a single `name(literal, key=literal, ...)` call."""
-
-
-@dataclass(frozen=True)
-class ParsedCall:
-    """One parsed call string.
-
-    Attributes:
-        name: the called function's name.
-        args: positional literal arguments.
-        kwargs: keyword literal arguments, in source order.
-    """
-
-    name: str
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
-
-# ----------------------------------------------------------------------------- package access
-
-def _bfcl_env() -> None:
-    """Point BFCL's project root away from site-packages before anything of bfcl_eval is imported.
-
-    `bfcl_eval.constants.eval_config` creates `result/`, `score/` and `.file_locks/` under
-    `BFCL_PROJECT_ROOT` (default: site-packages itself) when imported. We never import it, but a
-    transitive import by a future version must not write into the installed tree.
-    """
-    os.environ.setdefault("BFCL_PROJECT_ROOT", str(Path(tempfile.gettempdir()) / "damc-bfcl"))
-
-
-def bfcl_package_dir() -> Path:
-    """Directory of the installed `bfcl_eval` package (located without importing it).
-
-    Raises:
-        ImportError: when `bfcl-eval` is not installed (`pip install --no-deps bfcl-eval`).
-    """
-    spec = importlib.util.find_spec("bfcl_eval")
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError("bfcl-eval is not installed: pip install --no-deps bfcl-eval")
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-def _import_bfcl(module: str) -> Any:
-    _bfcl_env()
-    return importlib.import_module(module)
-
-
-def _backend_config() -> Any:
-    return _import_bfcl("bfcl_eval.constants.executable_backend_config")
-
+# ----------------------------------------------------------------------------- entries and tool docs
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     with path.open(encoding="utf-8") as fh:
@@ -186,129 +140,6 @@ def to_openai_tool(doc: dict[str, Any]) -> dict[str, Any]:
     params.setdefault("properties", {})
     return {"type": "function", "function": {"name": doc["name"], "description": doc.get("description", ""),
                                              "parameters": params}}
-
-
-# ----------------------------------------------------------------------------- parsing and replay
-
-def parse_call(text: str) -> ParsedCall:
-    """Parse one BFCL call string with `ast`, accepting only `name(literal, ..., key=literal, ...)`.
-
-    Nothing is evaluated: the callee must be a bare name and every argument a Python literal
-    (`ast.literal_eval` on its node), so `__import__('os').system('x')` or `f(g())` are rejected.
-
-    Raises:
-        BFCLCallParseError: the string is not such a call (the message says why).
-    """
-    try:
-        node = ast.parse(text.strip(), mode="eval").body
-    except SyntaxError as e:
-        raise BFCLCallParseError(f"not a Python expression: {text!r} ({e.msg})") from None
-    if not isinstance(node, ast.Call):
-        raise BFCLCallParseError(f"not a function call: {text!r}")
-    if not isinstance(node.func, ast.Name):
-        raise BFCLCallParseError(f"callee must be a plain function name, got {ast.unparse(node.func)!r} in {text!r}")
-    name = node.func.id
-    if name.startswith("_"):
-        raise BFCLCallParseError(f"private or dunder function {name!r} is not allowed: {text!r}")
-
-    def literal(arg: ast.AST) -> Any:
-        if isinstance(arg, ast.Starred):
-            raise BFCLCallParseError(f"*args are not allowed: {text!r}")
-        try:
-            return ast.literal_eval(arg)
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            raise BFCLCallParseError(f"argument {ast.unparse(arg)!r} is not a literal in {text!r}") from None
-
-    args = tuple(literal(a) for a in node.args)
-    kwargs: dict[str, Any] = {}
-    for kw in node.keywords:
-        if kw.arg is None:
-            raise BFCLCallParseError(f"**kwargs are not allowed: {text!r}")
-        kwargs[kw.arg] = literal(kw.value)
-    return ParsedCall(name, args, kwargs)
-
-
-def parse_calls(text: str) -> list[ParsedCall]:
-    """Parse a call string holding one call or a list of calls (`[f(a=1), g(b=2)]`, BFCL's output format).
-
-    Raises:
-        BFCLCallParseError: any element is not an allowed call (see `parse_call`).
-    """
-    try:
-        node = ast.parse(text.strip(), mode="eval").body
-    except SyntaxError as e:
-        raise BFCLCallParseError(f"not a Python expression: {text!r} ({e.msg})") from None
-    if isinstance(node, (ast.List, ast.Tuple)):
-        return [parse_call(ast.unparse(elt)) for elt in node.elts]
-    return [parse_call(text)]
-
-
-def _json_safe(value: Any) -> Any:
-    """Round-trip through JSON (tuples -> lists); anything non-serialisable becomes its str()."""
-    try:
-        return json.loads(json.dumps(value, ensure_ascii=False, default=str))
-    except (TypeError, ValueError):
-        return str(value)
-
-
-class BFCLBackends:
-    """Fresh instances of the backend classes of one episode, and a safe dispatcher over them.
-
-    Args:
-        involved_classes: BFCL class names (e.g. `["GorillaFileSystem", "TwitterAPI"]`).
-        initial_config: the entry's `initial_config` (deep-copied per class).
-        long_context: passed to each class's `_load_scenario` (BFCL's long-context category).
-
-    Example:
-        >>> be = BFCLBackends(["MathAPI"], {})
-        >>> be.call(parse_call("add(a=2, b=3)"))
-        ({'a': 2, 'b': 3}, {'result': 5}, None)
-    """
-
-    def __init__(self, involved_classes: list[str], initial_config: dict[str, Any], long_context: bool = False):
-        cfg = _backend_config()
-        self.instances: dict[str, Any] = {}
-        self.methods: dict[str, Any] = {}  # method name -> bound method (later classes win, as in BFCL)
-        for cls_name in involved_classes:
-            module = _import_bfcl(cfg.CLASS_FILE_PATH_MAPPING[cls_name])
-            instance = getattr(module, cls_name)()
-            if cls_name not in cfg.STATELESS_CLASSES:
-                instance._load_scenario(copy.deepcopy(initial_config.get(cls_name, {})), long_context=long_context)
-            self.instances[cls_name] = instance
-            for name, method in inspect.getmembers(instance, predicate=inspect.ismethod):
-                if not name.startswith("_"):
-                    self.methods[name] = method
-
-    def named_arguments(self, call: ParsedCall) -> dict[str, Any]:
-        """The call's arguments by parameter name (positional ones named from the method signature)."""
-        method = self.methods.get(call.name)
-        if method is not None and call.args:
-            try:
-                return dict(inspect.signature(method).bind(*call.args, **call.kwargs).arguments)
-            except TypeError:
-                pass
-        named = {f"arg{i}": a for i, a in enumerate(call.args)}
-        named.update(call.kwargs)
-        return named
-
-    def call(self, call: ParsedCall) -> tuple[dict[str, Any], Any, str | None]:
-        """Run one parsed call on the backend that owns it.
-
-        Returns:
-            (named arguments, JSON-safe result, error message or None). A raised exception or an
-            unknown function gives result `{"error": "..."}` and the same message as error.
-        """
-        args = self.named_arguments(call)
-        method = self.methods.get(call.name)
-        if method is None:
-            err = f"unknown function {call.name!r} for classes {', '.join(self.instances)}"
-            return args, {"error": err}, err
-        try:
-            result = method(*call.args, **call.kwargs)
-        except Exception as e:  # a backend bug or bad ground truth; recorded, never fatal
-            err = f"{type(e).__name__}: {e}"
-            return args, {"error": err}, err
-        return args, _json_safe(result), None
 
 
 # ----------------------------------------------------------------------------- episodes
@@ -425,6 +256,99 @@ _EMPTY_TURN_TEXT = {"ask_missing_param": ASK_MISSING_PARAM_TEXT, "missing_functi
                     "no_action": NO_ACTION_TEXT}
 
 
+@dataclass
+class _Replay:
+    """The messages of one replayed entry and the bookkeeping its metadata reports."""
+
+    messages: list[dict[str, Any]]  # OpenAI chat format, system message first
+    turn_starts: list[int] = field(default_factory=list)  # index of each BFCL turn's first message
+    empty_turns: dict[str, str] = field(default_factory=dict)  # str(assistant message index) -> why it has no call
+    withheld: dict[str, dict[str, int]] = field(default_factory=dict)  # function -> turn and message it came back at
+    call_errors: list[dict[str, Any]] = field(default_factory=list)  # unparsable or raising ground-truth strings
+    n_calls: int = 0  # calls executed
+    n_error_results: int = 0  # calls that returned (not raised) an {"error": ...} result
+
+
+def _replay_step(rep: _Replay, backends: BFCLBackends, ep_id: str, t: int, step: int, text: str) -> None:
+    """One ground-truth string of turn `t`: an assistant message with its call(s), then one tool message per call."""
+    try:
+        calls = parse_calls(text)
+    except BFCLCallParseError as e:
+        rep.call_errors.append({"turn": t, "step": step, "call": text, "error": str(e)})
+        logger.warning("%s turn %d: skipping unparsable ground truth: %s", ep_id, t, e)
+        return
+    results = []
+    tool_calls = []
+    for j, call in enumerate(calls):
+        args, result, err = backends.call(call)
+        rep.n_calls += 1
+        if err is not None:
+            rep.call_errors.append({"turn": t, "step": step, "call": text, "error": err})
+            logger.warning("%s turn %d: %s raised %s", ep_id, t, text, err)
+        elif isinstance(result, dict) and result.get("error"):
+            rep.n_error_results += 1
+        cid = f"call_{t}_{step}_{j}"
+        tool_calls.append({"id": cid, "type": "function",
+                           "function": {"name": call.name,
+                                        "arguments": json.dumps(args, ensure_ascii=False, default=str)}})
+        results.append({"role": "tool", "tool_call_id": cid,
+                        "content": json.dumps(result, ensure_ascii=False)})
+    rep.messages.append({"role": "assistant", "content": None, "tool_calls": tool_calls})
+    rep.messages.extend(results)
+
+
+def _replay_turns(entry: dict[str, Any], category: str, backends: BFCLBackends, missed: dict[str, list[str]]
+                  ) -> _Replay:
+    """Every turn of `entry`: its user message(s), then its ground-truth steps or a fixed empty-turn reply."""
+    system_extra = [m["content"] for turn in entry["question"] for m in turn if m.get("role") == "system"]
+    rep = _Replay([{"role": "system", "content": "\n\n".join([SYSTEM_PROMPT, *system_extra])}])
+    for t, (turn, gt) in enumerate(zip(entry["question"], entry["ground_truth"])):
+        rep.turn_starts.append(len(rep.messages))
+        user_msgs = [m for m in turn if m.get("role") != "system"]
+        if not user_msgs and str(t) in missed:
+            # BFCL's inference loop adds the withheld functions here with this fixed user message.
+            user_msgs = [{"role": "user", "content": _additional_function_prompt()}]
+            for name in missed[str(t)]:
+                rep.withheld[name] = {"turn": t, "message_index": len(rep.messages)}
+        for m in user_msgs:
+            rep.messages.append({"role": m.get("role", "user"), "content": m.get("content", "")})
+        if not gt:
+            kind = _empty_turn_kind(category, t, entry["ground_truth"], missed)
+            rep.empty_turns[str(len(rep.messages))] = kind
+            rep.messages.append({"role": "assistant", "content": _EMPTY_TURN_TEXT[kind]})
+            continue
+        for step, text in enumerate(gt):
+            _replay_step(rep, backends, entry["id"], t, step, text)
+    return rep
+
+
+def _episode_metadata(entry: dict[str, Any], category: str, classes: list[str], rep: _Replay,
+                      missed: dict[str, list[str]], tool_names: set[str]) -> dict[str, Any]:
+    """`Episode.metadata` of a replayed entry: ids, turn layout, call statistics, key cards, withheld functions."""
+    ep_id = entry["id"]
+    metadata = {
+        "source": "bfcl",
+        "bfcl_id": ep_id,
+        "scenario": scenario_of(ep_id),
+        "category": category,
+        "involved_classes": classes,
+        "turn_starts": rep.turn_starts,
+        "empty_turns": rep.empty_turns,
+        "n_calls": rep.n_calls,
+        "n_call_errors": len(rep.call_errors),
+        "call_errors": rep.call_errors,
+        "n_error_results": rep.n_error_results,
+        "key_card_ids": key_card_ids(ep_id, rep.messages, tool_names),
+    }
+    if missed:
+        metadata["missed_function"] = missed
+        metadata["withheld_functions"] = rep.withheld
+    if entry.get("excluded_function"):
+        # BFCL v4 lists these but does not remove them from the tool list; neither do we.
+        metadata["excluded_function"] = list(entry["excluded_function"])
+    return metadata
+
+
 def build_episode(entry: dict[str, Any], category: str) -> Episode:
     """Replay one BFCL entry (with `ground_truth`) through fresh backends into an Episode.
 
@@ -439,77 +363,9 @@ def build_episode(entry: dict[str, Any], category: str) -> Episode:
     tools = [to_openai_tool(d) for d in docs]
     tool_names = {d["name"] for d in docs}
     missed: dict[str, list[str]] = {str(k): list(v) for k, v in (entry.get("missed_function") or {}).items()}
-
-    system_extra = [m["content"] for turn in entry["question"] for m in turn if m.get("role") == "system"]
-    messages: list[dict[str, Any]] = [{"role": "system", "content": "\n\n".join([SYSTEM_PROMPT, *system_extra])}]
-    turn_starts: list[int] = []
-    empty_turns: dict[str, str] = {}
-    withheld: dict[str, dict[str, int]] = {}
-    call_errors: list[dict[str, Any]] = []
-    n_calls = n_error_results = 0
-
-    for t, (turn, gt) in enumerate(zip(entry["question"], entry["ground_truth"])):
-        turn_starts.append(len(messages))
-        user_msgs = [m for m in turn if m.get("role") != "system"]
-        if not user_msgs and str(t) in missed:
-            # BFCL's inference loop adds the withheld functions here with this fixed user message.
-            user_msgs = [{"role": "user", "content": _additional_function_prompt()}]
-            for name in missed[str(t)]:
-                withheld[name] = {"turn": t, "message_index": len(messages)}
-        for m in user_msgs:
-            messages.append({"role": m.get("role", "user"), "content": m.get("content", "")})
-        if not gt:
-            kind = _empty_turn_kind(category, t, entry["ground_truth"], missed)
-            empty_turns[str(len(messages))] = kind
-            messages.append({"role": "assistant", "content": _EMPTY_TURN_TEXT[kind]})
-            continue
-        for step, text in enumerate(gt):
-            try:
-                calls = parse_calls(text)
-            except BFCLCallParseError as e:
-                call_errors.append({"turn": t, "step": step, "call": text, "error": str(e)})
-                logger.warning("%s turn %d: skipping unparsable ground truth: %s", ep_id, t, e)
-                continue
-            results = []
-            tool_calls = []
-            for j, call in enumerate(calls):
-                args, result, err = backends.call(call)
-                n_calls += 1
-                if err is not None:
-                    call_errors.append({"turn": t, "step": step, "call": text, "error": err})
-                    logger.warning("%s turn %d: %s raised %s", ep_id, t, text, err)
-                elif isinstance(result, dict) and result.get("error"):
-                    n_error_results += 1
-                cid = f"call_{t}_{step}_{j}"
-                tool_calls.append({"id": cid, "type": "function",
-                                   "function": {"name": call.name,
-                                                "arguments": json.dumps(args, ensure_ascii=False, default=str)}})
-                results.append({"role": "tool", "tool_call_id": cid,
-                                "content": json.dumps(result, ensure_ascii=False)})
-            messages.append({"role": "assistant", "content": None, "tool_calls": tool_calls})
-            messages.extend(results)
-
-    metadata = {
-        "source": "bfcl",
-        "bfcl_id": ep_id,
-        "scenario": scenario_of(ep_id),
-        "category": category,
-        "involved_classes": classes,
-        "turn_starts": turn_starts,
-        "empty_turns": empty_turns,
-        "n_calls": n_calls,
-        "n_call_errors": len(call_errors),
-        "call_errors": call_errors,
-        "n_error_results": n_error_results,
-        "key_card_ids": key_card_ids(ep_id, messages, tool_names),
-    }
-    if missed:
-        metadata["missed_function"] = missed
-        metadata["withheld_functions"] = withheld
-    if entry.get("excluded_function"):
-        # BFCL v4 lists these but does not remove them from the tool list; neither do we.
-        metadata["excluded_function"] = list(entry["excluded_function"])
-    return Episode(episode_id=ep_id, domain="bfcl/" + "+".join(classes), tools=tools, messages=messages,
+    rep = _replay_turns(entry, category, backends, missed)
+    metadata = _episode_metadata(entry, category, classes, rep, missed, tool_names)
+    return Episode(episode_id=ep_id, domain="bfcl/" + "+".join(classes), tools=tools, messages=rep.messages,
                    metadata=metadata)
 
 

@@ -18,7 +18,6 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
@@ -148,36 +147,40 @@ def score_decisions(model: Any, tokenizer: Any, decisions: Sequence[LabeledDecis
     return out
 
 
-def main(cfg: Any) -> dict[str, Any]:
-    """Train a scorer from labels and write `out_dir/{model,train_meta.json,metrics.json}`.
+@dataclass
+class _PreparedData:
+    """Labels turned into training data: the decisions, their episode split, normalisation and datasets."""
 
-    Args:
-        cfg: the composed `configs/train.yaml` (groups `data` ← `labels/`, `model/`, `trainer/`, `logger/`).
+    labels: Any  # the label dataset as loaded (teacher, estimator and render-version provenance)
+    decisions: list[LabeledDecision]  # every decision kept (≥ data.min_cards cards, ≤ data.max_decisions)
+    train: list[LabeledDecision]  # training decisions (after data.train_fraction)
+    dev: list[LabeledDecision]  # held-out decisions: whole episodes, the same for every train_fraction
+    norm: Normalization  # fitted on the training deltas
+    train_ds: Any  # HF dataset of `train` (`to_dataset`)
+    dev_ds: Any  # HF dataset of `dev`, or None without dev decisions
+    teachers: list[str]  # distinct `teacher` values of the labels
+    versions: list[str]  # distinct render versions of the labels (empty for labels without the column)
 
-    Returns:
-        The metrics written to `metrics.json` (`{"scorer", "cosine", "recency", "train", ...}`); on
-        non-main processes of a distributed run, the train summary only.
 
-    Example:
-        >>> from hydra import compose, initialize
-        >>> with initialize(config_path="../configs", version_base="1.3"):
-        ...     cfg = compose("train", overrides=["data.labels=data/samples/labels", "out_dir=runs/t"])
-        >>> main(cfg)["scorer"]["spearman"]["median"]
+@dataclass
+class _Student:
+    """The cross-encoder being trained and its distillation loss."""
+
+    model: Any  # sentence-transformers CrossEncoder, one output, identity activation
+    kept_layers: list[int] | None  # encoder layers kept by `prune_layers` (None: all)
+    loss: Any  # ListwiseDistillationLoss over `model`
+
+
+def _prepare_data(cfg: Any) -> _PreparedData:
+    """Load the labels, group them into decisions, split by episode and normalise (the `data` config group).
+
+    Raises:
+        LabelFormatError: the decisions come from fewer than 2 episodes (no train/dev split possible).
+        ValueError: `data.train_fraction` outside (0, 1].
     """
-    import torch
-    from omegaconf import OmegaConf
-    from sentence_transformers.cross_encoder import CrossEncoder, CrossEncoderTrainer
-    from sentence_transformers.cross_encoder.training_args import CrossEncoderTrainingArguments
-
-    from damc.models import resolve_model
     from damc.query import RENDER_VERSION
-    from damc.scorer.losses import ListwiseDistillationLoss
-    from damc.scorer.metrics import fidelity_with_baselines, flatten
 
-    out_dir = Path(cfg.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    data, tr, lcfg = cfg.data, cfg.trainer, cfg.trainer.loss
-
+    data = cfg.data
     ds = load_labels(data.labels)
     decisions = group_decisions(ds, min_cards=int(data.min_cards))
     if data.get("max_decisions"):
@@ -203,10 +206,20 @@ def main(cfg: Any) -> dict[str, Any]:
     versions = sorted(set(ds.unique("render_version"))) if "render_version" in ds.column_names else []
     if versions and versions != [str(RENDER_VERSION)]:
         logger.warning("labels were rendered with version(s) %s but this DAMC renders %s", versions, RENDER_VERSION)
+    return _PreparedData(ds, decisions, train_dec, dev_dec, norm, train_ds, dev_ds, teachers, versions)
+
+
+def _build_student(cfg: Any) -> _Student:
+    """The cross-encoder of `cfg.model` (optionally pruned to `model.num_layers`) and the `trainer.loss`."""
+    import torch
+    from sentence_transformers.cross_encoder import CrossEncoder
+
+    from damc.models import resolve_model
+    from damc.scorer.losses import ListwiseDistillationLoss
 
     base = str(cfg.model.name)
-    max_length = int(cfg.model.max_length)
-    model = CrossEncoder(resolve_model(base), num_labels=1, max_length=max_length,
+    lcfg = cfg.trainer.loss
+    model = CrossEncoder(resolve_model(base), num_labels=1, max_length=int(cfg.model.max_length),
                          activation_fn=torch.nn.Identity(), device=cfg.get("device"))
     kept_layers = prune_layers(model, cfg.model.get("num_layers"))
     if kept_layers is not None:
@@ -214,10 +227,16 @@ def main(cfg: Any) -> dict[str, Any]:
     loss = ListwiseDistillationLoss(model, listwise_weight=float(lcfg.listwise_weight),
                                     pointwise_weight=float(lcfg.pointwise_weight),
                                     temperature=float(lcfg.temperature), mini_batch_size=int(lcfg.mini_batch_size))
+    return _Student(model, kept_layers, loss)
 
-    report_to = _setup_logger(cfg, out_dir)
-    eval_strategy = str(tr.eval_strategy) if dev_ds is not None else "no"
-    args = CrossEncoderTrainingArguments(
+
+def _training_arguments(cfg: Any, out_dir: Path, has_dev: bool, report_to: list[str]) -> Any:
+    """`CrossEncoderTrainingArguments` from the `trainer` config group (checkpoints in `out_dir/checkpoints`)."""
+    import torch
+    from sentence_transformers.cross_encoder.training_args import CrossEncoderTrainingArguments
+
+    tr = cfg.trainer
+    return CrossEncoderTrainingArguments(
         output_dir=str(out_dir / "checkpoints"),
         num_train_epochs=float(tr.epochs),
         max_steps=int(tr.max_steps),
@@ -229,7 +248,7 @@ def main(cfg: Any) -> dict[str, Any]:
         warmup_steps=float(tr.warmup_ratio),  # transformers v5: a float < 1 is a ratio of total steps
         lr_scheduler_type=str(tr.scheduler),
         bf16=_resolve_bf16(tr.bf16),
-        eval_strategy=eval_strategy,
+        eval_strategy=str(tr.eval_strategy) if has_dev else "no",
         eval_steps=tr.get("eval_steps"),
         save_strategy="steps",
         save_steps=int(tr.save_steps),
@@ -245,35 +264,92 @@ def main(cfg: Any) -> dict[str, Any]:
         # wrappers such as CrossEncoder) DDP marks the classifier ready twice and the backward fails.
         ddp_find_unused_parameters=False,
     )
-    trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=train_ds, eval_dataset=dev_ds, loss=loss)
+
+
+def _run_training(cfg: Any, out_dir: Path, student: _Student, data: _PreparedData, report_to: list[str]
+                 ) -> tuple[Any, dict[str, Any]]:
+    """Fit the student (resuming from the last checkpoint when `resume=true`); returns the trainer and a summary."""
+    from sentence_transformers.cross_encoder import CrossEncoderTrainer
+
+    args = _training_arguments(cfg, out_dir, data.dev_ds is not None, report_to)
+    trainer = CrossEncoderTrainer(model=student.model, args=args, train_dataset=data.train_ds,
+                                  eval_dataset=data.dev_ds, loss=student.loss)
     resume = _last_checkpoint(out_dir / "checkpoints") if cfg.get("resume") else None
     if cfg.get("resume") and resume is None:
         logger.warning("resume=true but no checkpoint in %s; training from scratch", out_dir / "checkpoints")
     result = trainer.train(resume_from_checkpoint=resume)
     train_summary = {"global_step": int(result.global_step), "train_loss": float(result.training_loss),
-                     "resumed_from": resume, "world_size": int(trainer.args.world_size), **{k: float(v) for k, v in result.metrics.items()
-                                                if isinstance(v, (int, float))}}
-    if not trainer.is_world_process_zero():
-        return {"train": train_summary}
+                     "resumed_from": resume, "world_size": int(trainer.args.world_size),
+                     **{k: float(v) for k, v in result.metrics.items() if isinstance(v, (int, float))}}
+    return trainer, train_summary
 
-    model.save_pretrained(str(out_dir / "model"))
-    hf_model, tokenizer = model.model, model.tokenizer
+
+def _evaluate_dev(cfg: Any, student: _Student, data: _PreparedData, train_summary: dict[str, Any]) -> dict[str, Any]:
+    """Teacher fidelity of the trained student on the dev decisions, next to the cosine and recency baselines."""
+    from damc.scorer.metrics import fidelity_with_baselines
+
+    dev_dec, train_dec = data.dev, data.train
+    hf_model, tokenizer = student.model.model, student.model.tokenizer
     hf_model.eval()
-    dev_scores = score_decisions(hf_model, tokenizer, dev_dec, max_length)
+    dev_scores = score_decisions(hf_model, tokenizer, dev_dec, int(cfg.model.max_length))
     metrics: dict[str, Any] = fidelity_with_baselines([d.as_dict() for d in dev_dec], dev_scores,
                                                       encoder=str(cfg.eval.baseline_encoder), seed=int(cfg.seed))
     metrics["train"] = train_summary
     metrics["split"] = {"train_decisions": len(train_dec), "dev_decisions": len(dev_dec),
                         "train_episodes": len({d.episode_id for d in train_dec}),
                         "dev_episodes": len({d.episode_id for d in dev_dec}),
-                        "dev_fraction": float(data.dev_fraction), "split_seed": int(data.split_seed)}
-    (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    meta = {"base_model": base, "kept_layers": kept_layers, "max_length": max_length, "render_version": versions[0] if len(versions) == 1
-            else str(RENDER_VERSION), "teacher": teachers[0] if len(teachers) == 1 else teachers,
-            "estimators": sorted(set(ds.unique("estimator"))), "normalization": vars(norm),
-            "loss": {k: float(v) for k, v in lcfg.items()}, "labels": str(data.labels),
-            "dev_episodes": sorted({d.episode_id for d in dev_dec}),
+                        "dev_fraction": float(cfg.data.dev_fraction), "split_seed": int(cfg.data.split_seed)}
+    return metrics
+
+
+def _train_metadata(cfg: Any, student: _Student, data: _PreparedData) -> dict[str, Any]:
+    """`train_meta.json`: what the saved model needs at inference (normalisation, render version) and provenance."""
+    from omegaconf import OmegaConf
+
+    from damc.query import RENDER_VERSION
+
+    versions, teachers = data.versions, data.teachers
+    return {"base_model": str(cfg.model.name), "kept_layers": student.kept_layers,
+            "max_length": int(cfg.model.max_length),
+            "render_version": versions[0] if len(versions) == 1 else str(RENDER_VERSION),
+            "teacher": teachers[0] if len(teachers) == 1 else teachers,
+            "estimators": sorted(set(data.labels.unique("estimator"))), "normalization": vars(data.norm),
+            "loss": {k: float(v) for k, v in cfg.trainer.loss.items()}, "labels": str(cfg.data.labels),
+            "dev_episodes": sorted({d.episode_id for d in data.dev}),
             "config": OmegaConf.to_container(cfg, resolve=True)}
+
+
+def main(cfg: Any) -> dict[str, Any]:
+    """Train a scorer from labels and write `out_dir/{model,train_meta.json,metrics.json}`.
+
+    Args:
+        cfg: the composed `configs/train.yaml` (groups `data` ← `labels/`, `model/`, `trainer/`, `logger/`).
+
+    Returns:
+        The metrics written to `metrics.json` (`{"scorer", "cosine", "recency", "train", ...}`); on
+        non-main processes of a distributed run, the train summary only.
+
+    Example:
+        >>> from hydra import compose, initialize
+        >>> with initialize(config_path="../configs", version_base="1.3"):
+        ...     cfg = compose("train", overrides=["data.labels=data/samples/labels", "out_dir=runs/t"])
+        >>> main(cfg)["scorer"]["spearman"]["median"]
+    """
+    from damc.scorer.metrics import flatten
+
+    out_dir = Path(cfg.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data = _prepare_data(cfg)
+    student = _build_student(cfg)
+    report_to = _setup_logger(cfg, out_dir)
+    trainer, train_summary = _run_training(cfg, out_dir, student, data, report_to)
+    if not trainer.is_world_process_zero():
+        return {"train": train_summary}
+
+    student.model.save_pretrained(str(out_dir / "model"))
+    metrics = _evaluate_dev(cfg, student, data, train_summary)
+    (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    meta = _train_metadata(cfg, student, data)
     (out_dir / "train_meta.json").write_text(json.dumps(meta, indent=2, default=str))
     if report_to:
         _log_wandb(flatten(metrics, "fidelity/"), out_dir)

@@ -24,6 +24,45 @@ from typing import Any, Sequence
 MEAN_COLUMNS = ("logp_full", "logp_without", "delta")
 
 
+def _normalized_weights(n_inputs: int, weights: Sequence[float] | None) -> list[float]:
+    """One weight per input, summing to 1 (equal weights when `weights` is None)."""
+    w = [1.0] * n_inputs if weights is None else [float(x) for x in weights]
+    if len(w) != n_inputs or any(x < 0 for x in w) or sum(w) <= 0:
+        raise ValueError(f"weights must be {n_inputs} non-negative numbers with a positive sum, got {weights}")
+    return [x / sum(w) for x in w]
+
+
+def _load_rows(path: str | os.PathLike) -> dict[tuple[str, str], dict[str, Any]]:
+    """The rows of one label set by `(decision_id, card_id)`; a pair labelled twice is an error."""
+    from damc.labels import load_labels
+
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in load_labels(path).to_list():
+        key = (r["decision_id"], r["card_id"])
+        if key in rows:
+            raise ValueError(f"{path}: card {key[1]!r} of decision {key[0]!r} is labelled twice")
+        rows[key] = r
+    return rows
+
+
+def _merge_row(key: tuple[str, str], members: list[dict[str, Any]], inputs: Sequence[str | os.PathLike],
+               w: list[float], teacher: str) -> dict[str, Any]:
+    """One ensemble row: the first member's row with the weighted means of `MEAN_COLUMNS` (texts must agree)."""
+    first = members[0]
+    for p, m in zip(inputs[1:], members[1:]):
+        for col in ("decision_text", "card_text"):
+            if m[col] != first[col]:
+                raise ValueError(f"{p}: {col} of card {key[1]!r} in decision {key[0]!r} differs from "
+                                 f"{inputs[0]}'s (different rendering or truncation: relabel with the same "
+                                 f"max_card_tokens and render version)")
+    row = dict(first)
+    for col in MEAN_COLUMNS:
+        row[col] = float(sum(wi * m[col] for wi, m in zip(w, members)))
+    row["teacher"] = teacher
+    row["n_action_tokens"] = int(round(sum(m["n_action_tokens"] for m in members) / len(members)))
+    return row
+
+
 def merge_labels(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike,
                  weights: Sequence[float] | None = None, overwrite: bool = False) -> dict[str, Any]:
     """Average the label sets `inputs` into a new label directory `out_dir` (the ensemble teacher).
@@ -44,56 +83,29 @@ def merge_labels(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike
         FileExistsError: `out_dir` already holds labels and `overwrite` is false.
     """
     from damc.data.episodes import atomic_write_text
-    from damc.labels import load_labels, write_shard
+    from damc.labels import write_shard
 
     if len(inputs) < 2:
         raise ValueError(f"an ensemble needs at least two label sets, got {len(inputs)}")
-    w = [1.0] * len(inputs) if weights is None else [float(x) for x in weights]
-    if len(w) != len(inputs) or any(x < 0 for x in w) or sum(w) <= 0:
-        raise ValueError(f"weights must be {len(inputs)} non-negative numbers with a positive sum, got {weights}")
-    w = [x / sum(w) for x in w]
+    w = _normalized_weights(len(inputs), weights)
     out = Path(out_dir)
     shard_dir = out / "shards"
     if shard_dir.is_dir() and any(shard_dir.glob("*.parquet")) and not overwrite:
         raise FileExistsError(f"{out} already holds labels; pass overwrite=True (--overwrite) to replace them")
 
-    tables: list[dict[tuple[str, str], dict[str, Any]]] = []
-    for p in inputs:
-        rows: dict[tuple[str, str], dict[str, Any]] = {}
-        for r in load_labels(p).to_list():
-            key = (r["decision_id"], r["card_id"])
-            if key in rows:
-                raise ValueError(f"{p}: card {key[1]!r} of decision {key[0]!r} is labelled twice")
-            rows[key] = r
-        tables.append(rows)
+    tables = [_load_rows(p) for p in inputs]
     estimators = [sorted({r["estimator"] for r in t.values()}) for t in tables]
     if any(e != estimators[0] for e in estimators):
         raise ValueError("the label sets use different estimators: "
                          + "; ".join(f"{p}: {', '.join(e)}" for p, e in zip(inputs, estimators))
                          + " (their deltas measure different things; ensemble labels of one estimator)")
-
     common = [k for k in tables[0] if all(k in t for t in tables[1:])]
     if not common:
         raise ValueError(f"the label sets share no labelled (decision, card): label the same episodes with the "
                          f"same per_episode/sample_seed/max_cards settings ({', '.join(map(str, inputs))})")
     teachers = [sorted({r["teacher"] for r in t.values()}) for t in tables]
     teacher = "ensemble(" + "+".join("/".join(t) for t in teachers) + ")"
-    merged = []
-    for key in common:
-        members = [t[key] for t in tables]
-        first = members[0]
-        for p, m in zip(inputs[1:], members[1:]):
-            for col in ("decision_text", "card_text"):
-                if m[col] != first[col]:
-                    raise ValueError(f"{p}: {col} of card {key[1]!r} in decision {key[0]!r} differs from "
-                                     f"{inputs[0]}'s (different rendering or truncation: relabel with the same "
-                                     f"max_card_tokens and render version)")
-        row = dict(first)
-        for col in MEAN_COLUMNS:
-            row[col] = float(sum(wi * m[col] for wi, m in zip(w, members)))
-        row["teacher"] = teacher
-        row["n_action_tokens"] = int(round(sum(m["n_action_tokens"] for m in members) / len(members)))
-        merged.append(row)
+    merged = [_merge_row(key, [t[key] for t in tables], inputs, w, teacher) for key in common]
 
     shard_dir.mkdir(parents=True, exist_ok=True)
     new = write_shard(shard_dir, "part-00000.parquet", merged)  # atomic: replaces an old part-00000 in one step

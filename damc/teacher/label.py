@@ -104,20 +104,12 @@ def _rows(dp: DecisionPoint, cards: list, res: Any, est_name: str, teacher_id: s
     return rows
 
 
-def main(cfg: Any) -> dict[str, Any]:
-    """Label the decisions of `cfg.data.path` into `cfg.out_dir` (see module docstring); returns the summary."""
-    logging.getLogger("damc").setLevel(str(cfg.get("log_level") or "INFO"))
-    import hydra
-    from accelerate import PartialState
-    from omegaconf import OmegaConf
-    from tqdm import tqdm
+def _prepare_out_dir(cfg: Any, state: Any) -> Path:
+    """Create `out_dir/{shards,progress}` (wiped first with `overwrite=true`) and check or write `label_config.json`.
 
-    from damc.teacher.context import ContextTooLongError, candidate_cards
-    from damc.labels import load_labels
-
-    t0 = time.perf_counter()
-    state = PartialState()
-    rank, world = state.process_index, state.num_processes
+    Raises:
+        ValueError: `out_dir` holds labels made with other settings (`_fingerprint`).
+    """
     out = Path(cfg.out_dir)
     shard_dir, prog_dir = out / "shards", out / "progress"
     if cfg.overwrite and state.is_main_process and out.exists():
@@ -136,50 +128,75 @@ def main(cfg: Any) -> dict[str, Any]:
                              f"or overwrite=true.\n old: {old}\n new: {fp}")
     elif state.is_main_process:
         atomic_write_text(fp_path, json.dumps(fp, indent=2))
+    return out
 
-    decisions = plan_decisions(cfg.data.path, cfg.data.tool_calls_only, cfg.max_decisions,
-                               cfg.get("per_episode"), cfg.get("sample_seed", 0))
-    done = labelled_decision_ids(shard_dir)
-    mine = [(i, dp) for i, dp in shard_decisions(decisions, rank, world) if dp.decision_id not in done]
-    logger.info("rank %d/%d: %d decisions to label (%d already done)", rank, world, len(mine), len(done))
+
+def _build_labelers(cfg: Any, state: Any, need_teacher: bool) -> tuple[Any, Any]:
+    """`(teacher, estimator)` from the config groups; the teacher is None when nothing is left to label.
+
+    Under a multi-process launch with `teacher.device=auto`, each process's teacher uses its own device.
+    """
+    import hydra
+    from omegaconf import OmegaConf
 
     teacher_cfg = OmegaConf.to_container(cfg.teacher, resolve=True)
-    if teacher_cfg.get("device") == "auto" and world > 1:
+    if teacher_cfg.get("device") == "auto" and state.num_processes > 1:
         teacher_cfg["device"] = str(state.device)  # one device per process
-    teacher = hydra.utils.instantiate(teacher_cfg) if mine else None
+    teacher = hydra.utils.instantiate(teacher_cfg) if need_teacher else None
     estimator = hydra.utils.instantiate(cfg.estimator, max_cards=cfg.max_cards, max_card_tokens=cfg.max_card_tokens,
                                         max_context_tokens=cfg.max_context_tokens)
+    return teacher, estimator
+
+
+def _new_stats() -> dict[str, Any]:
+    """Per-process counters, written to `progress/rank-R.json` and summed into `summary.json`."""
+    return {"decisions": 0, "cards": 0, "rows": 0, "skipped_no_cards": 0, "skipped_too_long": 0,
+            "cards_dropped": 0, "cards_truncated": 0, "forward_passes": 0, "forward_tokens": 0,
+            "naive_forward_tokens": 0, "passes_saved": 0.0, "shards": 0}
+
+
+def _label_decision(dp: DecisionPoint, teacher: Any, estimator: Any, est_name: str,
+                    stats: dict[str, Any]) -> list[dict[str, Any]]:
+    """The label rows of one decision (none without candidate cards or when it does not fit); updates `stats`."""
+    from damc.teacher.context import ContextTooLongError, candidate_cards
+
+    cards = candidate_cards(dp, teacher.tokenizer)
+    if not cards:
+        stats["skipped_no_cards"] += 1
+        return []
+    try:
+        res = estimator.estimate(teacher, dp, cards)
+    except ContextTooLongError as e:
+        logger.warning("skipped: %s", e)
+        stats["skipped_too_long"] += 1
+        return []
+    rows = _rows(dp, cards, res, est_name, teacher.model_id)
+    stats["decisions"] += 1
+    stats["cards"] += len(rows)
+    stats["cards_dropped"] += len(res.extra.get("dropped", []))
+    stats["cards_truncated"] += len(res.extra.get("truncated", []))
+    stats["forward_passes"] += res.n_forward
+    stats["forward_tokens"] += res.n_forward_tokens
+    naive = int(res.extra.get("naive_tokens", res.n_forward_tokens))
+    stats["naive_forward_tokens"] += naive
+    stats["passes_saved"] += (naive - res.n_forward_tokens) / (naive / max(res.n_forward, 1))
+    return rows
+
+
+def _label_all(cfg: Any, mine: list[tuple[int, DecisionPoint]], teacher: Any, estimator: Any, out: Path,
+               rank: int, world: int, show_progress: bool) -> dict[str, Any]:
+    """Label this process's decisions, writing a shard and the progress manifest every `shard_size` of them."""
+    from tqdm import tqdm
+
+    shard_dir, prog_dir = out / "shards", out / "progress"
     est_name = estimator.name
-    stats = {"decisions": 0, "cards": 0, "rows": 0, "skipped_no_cards": 0, "skipped_too_long": 0,
-             "cards_dropped": 0, "cards_truncated": 0, "forward_passes": 0, "forward_tokens": 0,
-             "naive_forward_tokens": 0, "passes_saved": 0.0, "shards": 0}
+    stats = _new_stats()
     batch: list[dict[str, Any]] = []
     first = None
-    bar = tqdm(mine, desc=f"label[{rank}]", disable=not state.is_local_main_process or not mine)
+    bar = tqdm(mine, desc=f"label[{rank}]", disable=not show_progress or not mine)
     for n, (ordinal, dp) in enumerate(bar):
         first = ordinal if first is None else first
-        cards = candidate_cards(dp, teacher.tokenizer)
-        if not cards:
-            stats["skipped_no_cards"] += 1
-        else:
-            try:
-                res = estimator.estimate(teacher, dp, cards)
-            except ContextTooLongError as e:
-                logger.warning("skipped: %s", e)
-                stats["skipped_too_long"] += 1
-                res = None
-            if res is not None:
-                rows = _rows(dp, cards, res, est_name, teacher.model_id)
-                batch += rows
-                stats["decisions"] += 1
-                stats["cards"] += len(rows)
-                stats["cards_dropped"] += len(res.extra.get("dropped", []))
-                stats["cards_truncated"] += len(res.extra.get("truncated", []))
-                stats["forward_passes"] += res.n_forward
-                stats["forward_tokens"] += res.n_forward_tokens
-                naive = int(res.extra.get("naive_tokens", res.n_forward_tokens))
-                stats["naive_forward_tokens"] += naive
-                stats["passes_saved"] += (naive - res.n_forward_tokens) / (naive / max(res.n_forward, 1))
+        batch += _label_decision(dp, teacher, estimator, est_name, stats)
         last_in_batch = (n + 1) % cfg.shard_size == 0 or n == len(mine) - 1
         if last_in_batch:
             if batch:
@@ -190,27 +207,56 @@ def main(cfg: Any) -> dict[str, Any]:
             atomic_write_text(prog_dir / f"rank-{rank}.json",
                               json.dumps({"rank": rank, "world_size": world, "last_ordinal": ordinal, **stats}))
         bar.set_postfix(rows=stats["rows"] + len(batch))
+    return stats
+
+
+def _write_summary(cfg: Any, out: Path, summary: dict[str, Any], stats: dict[str, Any], teacher: Any,
+                   rank: int, world: int) -> None:
+    """Main process: add every rank's progress totals to `summary` and write `summary.json`."""
+    from damc.labels import load_labels
+
+    prog_dir, shard_dir = out / "progress", out / "shards"
+    for f in sorted(prog_dir.glob("rank-*.json")):
+        if world == 1 and f.name != f"rank-{rank}.json":
+            continue
+        for k, v in json.loads(f.read_text()).items():
+            if k in stats:
+                summary[k] = summary.get(k, 0) + v if k != "wall_time_s" else max(summary.get(k, 0), v)
+    summary["passes_saved"] = round(summary.get("passes_saved", 0.0), 1)
+    summary["teacher"] = getattr(teacher, "model_id", cfg.teacher.get("model"))
+    files = sorted(shard_dir.glob("part-*.parquet"))
+    summary["total_rows"] = len(load_labels(out)) if files else 0
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
+    logger.info("labels: %s", json.dumps(summary))
+    print("label summary: " + ", ".join(f"{k}={v}" for k, v in summary.items()
+                                        if k not in ("out_dir",)))
+
+
+def main(cfg: Any) -> dict[str, Any]:
+    """Label the decisions of `cfg.data.path` into `cfg.out_dir` (see module docstring); returns the summary."""
+    logging.getLogger("damc").setLevel(str(cfg.get("log_level") or "INFO"))
+    from accelerate import PartialState
+
+    t0 = time.perf_counter()
+    state = PartialState()
+    rank, world = state.process_index, state.num_processes
+    out = _prepare_out_dir(cfg, state)
+    decisions = plan_decisions(cfg.data.path, cfg.data.tool_calls_only, cfg.max_decisions,
+                               cfg.get("per_episode"), cfg.get("sample_seed", 0))
+    done = labelled_decision_ids(out / "shards")
+    mine = [(i, dp) for i, dp in shard_decisions(decisions, rank, world) if dp.decision_id not in done]
+    logger.info("rank %d/%d: %d decisions to label (%d already done)", rank, world, len(mine), len(done))
+
+    teacher, estimator = _build_labelers(cfg, state, bool(mine))
+    stats = _label_all(cfg, mine, teacher, estimator, out, rank, world, state.is_local_main_process)
     stats["wall_time_s"] = round(time.perf_counter() - t0, 2)
-    atomic_write_text(prog_dir / f"rank-{rank}.json", json.dumps({"rank": rank, "world_size": world,
-                                                                  "finished": True, **stats}))
+    atomic_write_text(out / "progress" / f"rank-{rank}.json",
+                      json.dumps({"rank": rank, "world_size": world, "finished": True, **stats}))
     state.wait_for_everyone()
-    summary: dict[str, Any] = {"out_dir": str(out), "estimator": est_name, "world_size": world,
+    summary: dict[str, Any] = {"out_dir": str(out), "estimator": estimator.name, "world_size": world,
                                "planned_decisions": len(decisions), "already_done": len(done)}
     if state.is_main_process:
-        for f in sorted(prog_dir.glob("rank-*.json")):
-            if world == 1 and f.name != f"rank-{rank}.json":
-                continue
-            for k, v in json.loads(f.read_text()).items():
-                if k in stats:
-                    summary[k] = summary.get(k, 0) + v if k != "wall_time_s" else max(summary.get(k, 0), v)
-        summary["passes_saved"] = round(summary.get("passes_saved", 0.0), 1)
-        summary["teacher"] = getattr(teacher, "model_id", cfg.teacher.get("model"))
-        files = sorted(shard_dir.glob("part-*.parquet"))
-        summary["total_rows"] = len(load_labels(out)) if files else 0
-        atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
-        logger.info("labels: %s", json.dumps(summary))
-        print("label summary: " + ", ".join(f"{k}={v}" for k, v in summary.items()
-                                            if k not in ("out_dir",)))
+        _write_summary(cfg, out, summary, stats, teacher, rank, world)
     return summary
 
 
