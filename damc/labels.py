@@ -11,6 +11,10 @@ Teacher, scorer training, the label ensemble and label agreement all read and wr
 so there is one schema and one error type (`LabelFormatError`).
 
 Columns (DESIGN.md "Label row" plus extras): `LABEL_COLUMNS` (required) and `EXTRA_COLUMNS` (optional).
+`delta = (logp_full − logp_without) / n_action_tokens` in **nats per action token** (signed), where `logp_full` is
+the action's total log-prob in the estimator's context *with* the card (leave-one-out: every candidate;
+leave-one-in: the card alone) and `logp_without` the total *without* it. `card_text` is what the student reads
+(`damc.query.render_card`: the template line with kind and age), `teacher_text` the line the teacher saw.
 
 Example:
     >>> ds = load_labels("labels/")
@@ -28,7 +32,7 @@ from typing import Any, Sequence
 
 LABEL_COLUMNS = ("decision_id", "episode_id", "card_id", "decision_text", "card_text", "logp_full",
                  "logp_without", "delta", "estimator", "teacher", "n_action_tokens")
-EXTRA_COLUMNS = ("decision_index", "card_position", "card_kind", "is_key", "render_version")
+EXTRA_COLUMNS = ("decision_index", "card_position", "card_kind", "is_key", "render_version", "teacher_text", "card_age")
 
 
 class LabelFormatError(ValueError):
@@ -42,7 +46,8 @@ def label_schema() -> Any:
     s, f, i, b = pa.string(), pa.float64(), pa.int64(), pa.bool_()
     types = {"decision_id": s, "episode_id": s, "card_id": s, "decision_text": s, "card_text": s,
              "logp_full": f, "logp_without": f, "delta": f, "estimator": s, "teacher": s, "n_action_tokens": i,
-             "decision_index": i, "card_position": i, "card_kind": s, "is_key": b, "render_version": s}
+             "decision_index": i, "card_position": i, "card_kind": s, "is_key": b, "render_version": s,
+             "teacher_text": s, "card_age": i}
     return pa.schema([(c, types[c]) for c in LABEL_COLUMNS + EXTRA_COLUMNS])
 
 
@@ -161,7 +166,7 @@ class LabeledDecision:
         query: the decision text the scorer reads.
         docs: the card text per card.
         card_ids: the card ids, in episode order.
-        deltas: the teacher's delta per card (nats).
+        deltas: the teacher's delta per card (nats per action token).
         positions: card positions in the episode (the recency baseline).
         is_key: per card, whether it holds the decision's key fact (None when the labels do not say).
     """

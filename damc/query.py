@@ -1,10 +1,18 @@
-"""The two texts the scorer reads: the decision query and the card rendering (versioned together).
+"""The texts the scorer reads — the decision query and the card rendering (versioned together) — and the
+card document retrieval indexes.
 
 The scorer never sees the gold action. Its query is a fixed rendering of what is known at decision
-time — the latest user message, the last few turns (short) and the names of the available tools —
-and each card is rendered by `render_card`. Training and inference must use the same renderings, so
-`RENDER_VERSION` is written into every exported scorer (`damc_scorer.json`) and checked on load.
-Both renderings are domain-agnostic: no tool- or dataset-specific wording.
+time — the latest user message, the last few turns (short) and the names of the available tools.
+Each card is rendered by `render_card` as the **line the prompt will carry** (its template, see
+`damc.templates`) headed by its kind and age — `[tool_error · 12 messages ago] ✗ get_order(order_id=88412)
+failed: 500 …` — so one model learns content × recency × kind, and scores 3–5× fewer tokens than the raw
+card. The age is the number of messages between the card's last message and the current user turn; the
+runtime sets it on each candidate (`card.meta["age"]`), and the teacher's labels store the same text.
+Training and inference must use the same renderings, so `RENDER_VERSION` is written into every exported
+scorer (`damc_scorer.json`) and checked on load. Both renderings are domain-agnostic.
+
+`card_document` is the fuller text retrieval embeds and BM25 matches (kind, call, status, raw payload); it
+does not depend on the decision, so an index can embed it once at ingest.
 
 Example:
     >>> q = render_decision_query(messages[:k], tools)
@@ -18,18 +26,15 @@ from typing import Any
 
 from damc.cards import Card
 from damc.data.episodes import message_text, render_action
+from damc.templates import clip as _clip
+from damc.templates import template_compress
 
-RENDER_VERSION = "1"
+RENDER_VERSION = "2"   # 2: the template line headed by kind and age (1: kind, call and raw payload)
 
 QUERY_USER_CHARS = 400     # latest user message, truncated
 QUERY_TURN_CHARS = 160     # each recent message after it, truncated
 QUERY_RECENT = 3           # how many recent messages after the latest user message
 CARD_CHARS = 480           # card rendering, truncated (the cross-encoder sees ≤ 256 tokens anyway)
-
-
-def _clip(s: str, n: int) -> str:
-    s = " ".join(str(s).split())
-    return s if len(s) <= n else s[: n - 1] + "…"
 
 
 def tool_names(tools: list[dict[str, Any]] | None) -> list[str]:
@@ -71,8 +76,21 @@ def render_decision_query(context_messages: list[dict[str, Any]], tools: list[di
     return "\n".join(parts)
 
 
+def card_age(card: Card) -> int | None:
+    """Messages between the card's last message and the current user turn, as the runtime set it (None: unknown)."""
+    age = (card.meta or {}).get("age")
+    return int(age) if isinstance(age, (int, float)) else None
+
+
 def render_card(card: Card, max_chars: int = CARD_CHARS) -> str:
-    """The scorer's text for one card: kind tag, call and status first, then the payload."""
+    """The scorer's text for one card: `[kind · N messages ago] <template line>` (no age when unknown)."""
+    age = card_age(card)
+    head = f"[{card.kind} · {age} messages ago]" if age is not None else f"[{card.kind}]"
+    return _clip(f"{head} {template_compress(card)}", max_chars)
+
+
+def card_document(card: Card, max_chars: int = CARD_CHARS) -> str:
+    """The retrieval text of a card (embeddings, BM25): kind tag, call and status first, then the raw payload."""
     if card.tool_name:
         head = f"[{card.kind}] {card.call_text}"
         if card.is_error and card.error:

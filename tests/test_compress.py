@@ -7,8 +7,8 @@ import json
 import pytest
 
 from damc.cards import Card, critical_atoms, encode_messages
-from damc.runtime.compress import (LLMCompressor, TemplateCompressor, missing_atoms, required_atoms, summarize_result,
-                           template_compress)
+from damc.runtime.compress import LLMCompressor, TemplateCompressor
+from damc.templates import missing_atoms, required_atoms, summarize_result, template_compress
 from damc.data.episodes import load_episodes
 
 

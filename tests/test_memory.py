@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from damc.cards import Card, encode_messages
-from damc.runtime.compress import required_atoms, template_compress
+from damc.templates import required_atoms, template_compress
 from damc.data.episodes import EpisodeFormatError
 from damc.runtime.memory import Context, DecisionAwareMemory
 from damc.prompting import message_to_chat
@@ -70,7 +70,7 @@ def test_context_keeps_current_turn_verbatim_and_the_error(built):
     assert all(line in system for line in ctx.memory_lines)
     assert ctx.memory_tokens <= ctx.budget_tokens
     assert ctx.tokens_after < ctx.tokens_before and ctx.tokens_saved > 500
-    assert set(ctx.timings_ms) == {"retrieve", "value", "select", "compress", "assemble", "total"}
+    assert set(ctx.timings_ms) == {"ingest", "retrieve", "value", "select", "compress", "assemble", "total"}
     assert len(ctx.selected) <= 12 and len(ctx.selected) + len(ctx.dropped) == ctx.n_candidates
     assert {d.reason for d in ctx.dropped} <= {"rank", "budget", "below_threshold"}
     values = {s.card_id: s.value for s in ctx.selected}

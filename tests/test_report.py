@@ -24,11 +24,11 @@ def _records(policy, setting, n_correct, tokens, n=N, key_hits=0, confusers=0):
              "confuser": i < confusers} for i in range(n)]
 
 
-def _results(damc_correct, damc_tokens, budgets=(512, 4096), oracle_correct=17, bm25_correct=8, hits=19, conf=4):
+def _results(damc_correct, damc_tokens, budgets=(512, 4096), oracle_correct=18, bm25_correct=8, hits=19, conf=4):
     recs = []
     for b in budgets:
         recs += _records("window", b, 6, 1000)                  # 0.30
-        recs += _records("oracle", b, oracle_correct, 700)      # 0.85 by default
+        recs += _records("oracle", b, oracle_correct, 700)      # 0.90 by default
         recs += _records("bm25", b, bm25_correct, 900)          # 0.40 by default
         recs += _records("damc", b, damc_correct, damc_tokens, key_hits=hits, confusers=conf)
     recs += _records("full", "none", 10, 5000)
@@ -44,7 +44,7 @@ def test_targets_met_and_missed_with_figures():
     assert row["token_ratio"] == pytest.approx(0.55)
     assert row["delta_vs_window"] == pytest.approx(0.50) and row["delta_ci"][0] > 0 and row["gain_ok"] is True
     assert row["lexical_ok"] is True and row["lexical_accuracy"] == pytest.approx(0.40)
-    assert row["oracle_ok"] is False                                     # 0.85 - 0.80 > 0.05
+    assert row["oracle_ok"] is False                                     # 0.90 - 0.80 > 0.05
     assert row["key_hit"] == pytest.approx(0.95) and row["key_hit_ok"] is True
     assert row["confuser_rate"] == pytest.approx(0.20) and row["confuser_ok"] is True
     assert [r["setting"] for r in good] == ["512", "4096", "512/k4"]     # the operating point is checked too
@@ -67,8 +67,8 @@ def test_tables_show_each_policy_budget_the_front_and_operating_points():
     assert damc.startswith("| **damc** | 0.80 (+0.50 [")
     assert damc.rstrip(" |").endswith("· 550")
     assert next(line for line in lines if line.startswith("| window")) == "| window | 0.30 · 1000 | 0.30 · 1000 |"
-    assert next(line for line in lines if line.startswith("| full")) == "| full | 0.50 (+0.20 [" + \
-        next(line for line in lines if line.startswith("| full")).split("(+0.20 [")[1]
+    full = next(line for line in lines if line.startswith("| full")).strip("| ").split(" | ")[1:]
+    assert len(full) == 2 and all(c.startswith("0.50 (+0.20 [") and c.endswith("· 5000") for c in full)
     tt = targets_table(res, operating="512/k4")
     assert "0.55× ✓" in tt and "512/k4 (operating point)" in tt and "0.95 ✓" in tt
     text = report({"synthetic": res}, operating={"synthetic": {"damc": "512/k4", "window": "512"}})
@@ -105,12 +105,12 @@ def test_cli_writes_report(tmp_path):
 
 
 def test_thresholds_hold_exactly_at_the_boundary():
-    # 17/20 - 16/20 is 0.050000000000000044 in floating point: exactly 5 points from oracle is within 5
-    row = check_targets(_results(damc_correct=16, damc_tokens=1000, oracle_correct=17, bm25_correct=16, hits=18,
+    # 11/20 - 10/20 is 0.050000000000000044 in floating point: exactly 5 points from oracle is within 5
+    row = check_targets(_results(damc_correct=10, damc_tokens=1000, oracle_correct=11, bm25_correct=10, hits=18,
                                  conf=6))[0]
-    assert 17 / 20 - 16 / 20 > 0.05
-    assert row["oracle_ok"] is True and row["lexical_ok"] is True and row["gain_ok"] is True  # 1.00x window's tokens
+    assert 11 / 20 - 10 / 20 > 0.05
+    assert row["oracle_ok"] is True and row["lexical_ok"] is True and row["token_ratio"] == pytest.approx(1.0)
     assert row["key_hit_ok"] is True and row["confuser_ok"] is True                         # 0.90 and 0.30 exactly
-    row = check_targets(_results(damc_correct=15, damc_tokens=1001, oracle_correct=17, hits=17, conf=7))[0]
+    row = check_targets(_results(damc_correct=9, damc_tokens=1001, oracle_correct=11, hits=17, conf=7))[0]
     assert row["oracle_ok"] is False and row["gain_ok"] is False and row["key_hit_ok"] is False
     assert row["confuser_ok"] is False

@@ -1,5 +1,6 @@
 """Teacher backends, contexts and estimators on real small episodes with the real smollm2-135m."""
 
+import json
 import logging
 
 import numpy as np
@@ -7,12 +8,9 @@ import pytest
 from conftest import small_episode
 
 from damc.data.episodes import Episode, decision_points
-from damc.prompting import action_text, format_prompt
-from damc.teacher.context import ContextConfig, build_context, candidate_cards
-from damc.teacher.estimators import AblationLasso, GroupedLeaveOneOut, LeaveOneOut
-
-
-
+from damc.prompting import HISTORY_HEADER, action_text, format_prompt
+from damc.teacher.context import build_context, candidate_cards, memory_line
+from damc.teacher.estimators import AblationLasso, GroupedLeaveOneOut, LeaveOneIn, LeaveOneOut, LooLoi
 
 def last_decision(ep: Episode):
     return [dp for dp in decision_points(ep) if candidate_cards(dp)][-1]
@@ -25,13 +23,18 @@ def teacher32():
     return HFTeacher("smollm2-135m", dtype="float32", device="cpu", batch_size=4)
 
 
-def test_subset_segments_are_the_shared_rendering(teacher32):
+def test_subset_segments_are_the_runtime_prompt_with_those_cards(teacher32):
     dp = last_decision(small_episode())
     ctx = build_context(teacher32, dp)
     n = len(ctx.cards)
     assert n >= 3
-    for keep in ([], [0], list(range(1, n)), list(range(n))):
+    for keep in ([0], list(range(1, n)), list(range(n)), [n - 1]):
         assert "".join(ctx.segments(keep=keep)) == format_prompt(teacher32.tokenizer, ctx.messages(keep))
+    # with every card: the runtime's own prompt, one `[card_id] <template>` line per candidate, oldest first
+    full = "".join(ctx.segments())
+    assert ctx.lines == [memory_line(c) for c in ctx.cards] and all(ln in full for ln in ctx.lines)
+    assert [c.position for c in ctx.cards] == sorted(c.position for c in ctx.cards)
+    assert HISTORY_HEADER in "".join(ctx.segments(keep=[]))   # no card: the header stays, empty
     assert ctx.action == action_text(dp.gold)
 
 
@@ -43,10 +46,11 @@ def test_loo_prefix_reuse_matches_naive_fp32(teacher32):
     assert np.max(np.abs(naive.deltas - reuse.deltas)) < 1e-3
     assert abs(naive.logp_full - reuse.logp_full) < 1e-3
     assert reuse.n_forward == naive.n_forward == len(cards) + 1
-    assert reuse.n_forward_tokens < 0.8 * naive.n_forward_tokens  # the prefix before each card is not rerun
+    assert reuse.n_forward_tokens < 0.9 * naive.n_forward_tokens  # the prefix before each card is not rerun
     assert reuse.extra["naive_tokens"] == naive.n_forward_tokens
-    # delta = full - without, and the full log-prob is the plain log_prob of the context
-    np.testing.assert_allclose(reuse.deltas, reuse.logp_full - reuse.logp_without)
+    # delta = (full - without) per action token, and the full log-prob is the plain log_prob of the context
+    np.testing.assert_allclose(reuse.deltas, (reuse.logp_full - reuse.logp_without) / reuse.n_action_tokens)
+    np.testing.assert_allclose(reuse.logp_with, reuse.logp_full)
     lp = teacher32.log_prob(build_context(teacher32, dp, cards).messages(), action_text(dp.gold))
     assert abs(lp.sum() - reuse.logp_full) < 1e-3 and len(lp) == reuse.n_action_tokens
 
@@ -109,26 +113,67 @@ def test_grouped_loo_groups_copies_of_a_fact():
     assert groups[2] == frozenset({2})
 
 
-def test_long_card_truncated_with_warning_and_window_drops_oldest(teacher32, caplog):
-    ep = small_episode()
-    dp = last_decision(ep)
+def test_window_drops_the_oldest_lines_with_a_warning(teacher32, caplog):
+    dp = last_decision(small_episode())
     cards = candidate_cards(dp, teacher32.tokenizer)
-    long = cards[-1]
-    import dataclasses
-
-    long = dataclasses.replace(long, raw_text="very long text " * 400, tool_name=None, role="user", kind="user")
-    cards = cards[:-1] + [long]
-    with caplog.at_level(logging.WARNING, logger="damc.teacher.context"):
-        ctx = build_context(teacher32, dp, cards, ContextConfig(max_card_tokens=32))
-    assert "truncated" in caplog.text and long.card_id in ctx.truncated
-    assert len(ctx.cards) == len(cards)  # kept, never silently dropped
-    assert teacher32.count_tokens(ctx.cards[-1].raw_text) <= 40 and ctx.cards[-1].raw_text.endswith("[truncated]")
-    # a window that only fits the last cards: the oldest go, with a warning, and get NaN deltas
+    ctx = build_context(teacher32, dp, cards)
     full = sum(teacher32.count_tokens(s) for s in ctx.segments()) + teacher32.count_tokens(ctx.action)
-    caplog.clear()
-    est = LeaveOneOut(max_card_tokens=32, max_context_tokens=full - 5)
+    est = LeaveOneOut(max_context_tokens=full - 5)
     with caplog.at_level(logging.WARNING, logger="damc.teacher.context"):
         res = est.estimate(teacher32, dp, cards)
     assert "dropped the 1 oldest" in caplog.text
     assert np.isnan(res.deltas[0]) and np.all(np.isfinite(res.deltas[1:]))
     assert res.extra["dropped"] == [cards[0].card_id]
+
+
+def _duplicated_fact_decision():
+    """A decision whose key fact (order 88412) sits in two cards; other cards are noise."""
+    def call(i, name, args):
+        return {"role": "assistant", "content": None, "tool_calls": [{"id": f"c{i}", "type": "function", "function": {
+            "name": name, "arguments": json.dumps(args)}}]}
+    tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": {}}}}
+             for n in ("get_order", "get_customer", "get_weather")]
+    msgs = [{"role": "system", "content": "You are a support agent. Call tools as name(arg=value)."},
+            {"role": "user", "content": "Hi, this is Ann Lee."},
+            call(2, "get_customer", {"name": "Ann Lee"}),
+            {"role": "tool", "tool_call_id": "c2", "content": json.dumps({"customer_id": "C-7", "orders": ["88412"]})},
+            {"role": "user", "content": "My order number is 88412, it never arrived."},
+            {"role": "assistant", "content": "I am sorry to hear that."},
+            {"role": "user", "content": "By the way, what is the weather in Paris?"},
+            call(7, "get_weather", {"city": "Paris"}),
+            {"role": "tool", "tool_call_id": "c7", "content": json.dumps({"city": "Paris", "sky": "sunny", "temp": 21})},
+            {"role": "assistant", "content": "It is sunny in Paris, 21 degrees."},
+            {"role": "user", "content": "Thanks. Now please look up my order."},
+            call(11, "get_order", {"order_id": "88412"})]
+    ep = Episode("dup", msgs, "test", tools)
+    return [dp for dp in decision_points(ep) if dp.index == 11][0]
+
+
+def test_loi_credits_both_copies_of_a_duplicated_fact_where_loo_credits_neither(teacher32):
+    dp = _duplicated_fact_decision()
+    cards = candidate_cards(dp, teacher32.tokenizer)
+    copies = [i for i, c in enumerate(cards) if "88412" in c.raw_text]
+    others = [i for i in range(len(cards)) if i not in copies]
+    assert len(copies) == 2 and len(others) >= 3
+    loo = LeaveOneOut().estimate(teacher32, dp, cards)
+    loi = LeaveOneIn().estimate(teacher32, dp, cards)
+    # each copy alone raises the gold a lot; removing one copy costs little, because the other stays
+    assert min(loi.deltas[copies]) > max(loi.deltas[others]) and min(loi.deltas[copies]) > 0.1
+    assert max(abs(loo.deltas[copies])) < 0.5 * min(loi.deltas[copies])
+    # loi: one short context per card beside the empty one, sharing the prefix before the memory lines
+    assert loi.n_forward == len(cards) + 1 and loi.n_forward_tokens < loo.n_forward_tokens
+    np.testing.assert_allclose(loi.deltas, (loi.logp_with - loi.logp_without) / loi.n_action_tokens)
+    both = LooLoi().estimate(teacher32, dp, cards)
+    np.testing.assert_allclose(both.deltas, (loo.deltas + loi.deltas) / 2, atol=1e-4)
+    np.testing.assert_allclose(both.deltas, (both.logp_with - both.logp_without) / both.n_action_tokens, atol=1e-6)
+    assert both.n_forward == loo.n_forward + loi.n_forward
+
+
+def test_deltas_are_per_action_token(teacher32):
+    """Doubling the action's length leaves a per-token delta of the same size, not twice as big."""
+    dp = _duplicated_fact_decision()
+    cards = candidate_cards(dp, teacher32.tokenizer)
+    res = LeaveOneIn().estimate(teacher32, dp, cards)
+    assert res.n_action_tokens == len(teacher32.encode(action_text(dp.gold)))
+    total = res.logp_with - res.logp_without
+    np.testing.assert_allclose(res.deltas * res.n_action_tokens, total)

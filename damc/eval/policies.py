@@ -19,7 +19,7 @@ and `damc_teacher` receive the gold, through an explicit `GoldView` argument (`n
 | `heuristic` | card | the runtime's default valuer without a scorer (the cold-start prior) | no |
 | `recency` | card | newest first | no |
 | `similarity` | card | embedding cosine (the memory's own encoder and cached embeddings) | no |
-| `bm25` | card | Okapi BM25 (bm25s) of the decision query over the candidates | no |
+| `bm25` | card | Okapi BM25 of the decision query over the candidates (equal to bm25s) | no |
 | `llm_judge` | card | the seed's 0–10 rating prompt with a chat model | no |
 | `generative_agents` | card | recency + importance + relevance (Park et al. 2023) | no |
 | `damc_knn` | card | the teacher's non-parametric value over labelled decisions (`labels=`) | no |
@@ -57,8 +57,8 @@ from damc.runtime.assemble import split_conversation
 from damc.runtime.compress import Compressor, RawCompressor, TemplateCompressor
 from damc.runtime.select import Selector, Threshold, TopK
 from damc.runtime.store import parse_time
-from damc.runtime.valuers import (BM25Valuer, GenerativeAgentsValuer, HeuristicValuer, KNNValuer, LLMJudgeValuer,
-                                  RecencyValuer, SimilarityValuer, Valuer)
+from damc.runtime.valuers import (BM25Valuer, GenerativeAgentsValuer, KNNValuer, LLMJudgeValuer, RecencyValuer,
+                                  SimilarityValuer, Valuer)
 
 MESSAGE_OVERHEAD_TOKENS = 4   # chat-template tokens around each history message (role markers, separators)
 RENDERS = ("template", "raw")
@@ -400,7 +400,7 @@ class SimilarityPolicy(CardPolicy):
 
 
 class BM25Policy(CardPolicy):
-    """Cards by Okapi BM25 (bm25s) of the decision query over the candidates."""
+    """Cards by Okapi BM25 of the decision query over the candidates."""
 
     name = "bm25"
 

@@ -1,7 +1,7 @@
 """FAISS index of card embeddings, persisted beside the SQLite store and rebuilt from it when needed.
 
 The index holds one vector per *hot* card (FAISS id = the card's store rowid), embedded from
-`damc.query.render_card(card)` with any sentence encoder (default `minilm-l6`, cosine similarity via
+`damc.query.card_document(card)` with any sentence encoder (default `minilm-l6`, cosine similarity via
 normalised inner product). It is a cache of the store, never the source of truth:
 
 * the file (`cards.faiss`) is one blob — magic, a JSON header with the store stamp (hot card count,
@@ -206,7 +206,7 @@ class CardIndex:
 
     def _vectors_for(self, rows: Sequence[tuple[int, int]]) -> np.ndarray:
         """Embeddings for `(rowid, seq)` rows: cached in SQLite where current, encoded (and cached) otherwise."""
-        from damc.query import render_card
+        from damc.query import card_document
 
         if not rows:
             return np.zeros((0, self.dim or 0), dtype=np.float32)
@@ -215,7 +215,7 @@ class CardIndex:
         if missing:
             stored = {sc.rowid: sc for sc in self.store.by_rowids([r for r, _ in missing])}
             missing = [(r, s) for r, s in missing if r in stored]
-            vecs = self.encode([render_card(stored[r].card) for r, _ in missing])
+            vecs = self.encode([card_document(stored[r].card) for r, _ in missing])
             self.store.put_embeddings(missing, vecs, self.model_name)
             cached.update({r: vecs[i] for i, (r, _) in enumerate(missing)})
         return np.stack([cached[r] for r, _ in rows if r in cached]).astype(np.float32)

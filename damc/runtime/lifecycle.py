@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from damc.cards import Card, critical_atoms
-from damc.runtime.compress import required_atoms
+from damc.templates import required_atoms
 
 logger = logging.getLogger(__name__)
 

@@ -100,6 +100,16 @@ def default_valuer(scorer: Any = None, config: MemoryConfig | None = None) -> Va
     return CachedValuer(valuer, ttl_s=config.value_ttl_s)
 
 
+def with_age(sc: StoredCard, session_id: str, u: int) -> Card:
+    """The candidate card with its age (`meta["age"]`: messages between its last message and the current user
+    turn `u`) when it belongs to the session being decided; cards of other sessions carry no age."""
+    card = sc.card
+    if sc.session_id == session_id:
+        last = card.result_index if card.result_index is not None else card.position
+        card.meta = {**(card.meta or {}), "age": max(0, u - last)}
+    return card
+
+
 def _now_iso(t: float) -> str:
     return datetime.fromtimestamp(t, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -361,7 +371,7 @@ class DecisionAwareMemory:
         t = time.perf_counter()
         query = render_decision_query(msgs, list(tools) if tools else None)
         stored, why = self.candidates(query, exclude_session=sid, from_position=u)
-        cards = [sc.card for sc in stored]
+        cards = [with_age(sc, sid, u) for sc in stored]
         timings["retrieve"] = (time.perf_counter() - t) * 1000
 
         t = time.perf_counter()

@@ -1,41 +1,38 @@
-"""The teacher's decision context: a DecisionPoint and a subset of its candidate cards, as prompt segments.
+"""The teacher's decision context: the runtime's own prompt over a decision's candidate cards, as segments.
 
-The context is built only with `damc.prompting` (the rendering shared with evaluation and the runtime):
-`build_decision_messages(system, tools, cards_to_messages(cards), current_turn)`, rendered by
-`prompt_segments`. Segments are grouped as `head` (system prompt with tools), one group per card, and
-`tail` (the current user turn and everything after it, then the generation prompt), so any subset of
-cards is rendered by concatenating groups — exactly `format_prompt` of the subset's messages for
-prefix-stable chat templates (ChatML, Llama, Gemma). For templates that are not prefix-stable the
-subset is re-rendered from messages.
+The teacher labels what the runtime chooses from, as the runtime shows it: the context is the prompt
+`DecisionAwareMemory` assembles when it keeps every candidate — system prompt, the "Relevant history" with one
+`[card_id] <template line>` per candidate (oldest first), tools, then the current user turn verbatim — built
+with the same functions (`damc.templates.template_compress`, `damc.prompting.build_decision_messages`).
+The rendered prompt is cut into `head` (everything before the first memory line), one segment per line
+(`"[card_id] …\\n"`) and `tail` (the rest, then the generation prompt), so any subset of cards is the
+concatenation of `head`, its lines and `tail` — exactly what the runtime would send with those cards kept
+(the "Relevant history" header stays when no line is left). Label rows store each line as the teacher saw it.
 
-Candidate cards of decision k are the cards of `dp.history` (messages before the current user turn).
-Limits, all logged as warnings, never silent:
-
-* `max_cards`: only the most recent N candidates are kept (older ones are not labeled).
-* `max_card_tokens`: a longer card is truncated (its result, else its text) and marked "…[truncated]".
-* `max_context_tokens` (default: the teacher's window): when the full context plus action is longer,
-  the oldest cards are dropped until it fits; they get no label (`dropped` lists them).
+Which cards are candidates is the runtime's business (`damc.teacher.candidates.RuntimeCandidates` feeds an
+episode to a fresh memory and asks it at each decision); `candidate_cards(dp)` — every card before the current
+user turn — is the fallback for callers without a runtime. When the context does not fit the teacher's window
+(`max_context_tokens`), the oldest lines are dropped with a warning (`dropped`).
 
 Example:
-    >>> ctx = build_context(teacher, dp, candidate_cards(dp))
+    >>> ctx = build_context(teacher, dp, cards)
     >>> full = ctx.segments()                     # every card
     >>> loo_3 = ctx.segments(exclude={3})         # all but card 3
+    >>> loi_3 = ctx.segments(keep=[3])            # card 3 alone
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from damc.cards import Card, encode_messages, token_counter
 from damc.data.episodes import DecisionPoint
-from damc.prompting import action_text, build_decision_messages, card_to_messages, prompt_segments
+from damc.prompting import action_text, build_decision_messages, format_prompt
+from damc.templates import template_compress
 
 logger = logging.getLogger(__name__)
-
-TRUNCATION_MARK = " …[truncated]"
 
 
 class ContextTooLongError(ValueError):
@@ -46,15 +43,18 @@ class ContextTooLongError(ValueError):
 class ContextConfig:
     """Limits applied when building a decision context."""
 
-    max_cards: int | None = None  # keep only the most recent N candidate cards (None: all)
-    max_card_tokens: int = 512  # a card longer than this (teacher tokens) is truncated with a warning
     max_context_tokens: int | None = None  # context + action limit in tokens (None: the teacher's window)
 
 
 def candidate_cards(dp: DecisionPoint, tokenizer: Any = None) -> list[Card]:
-    """The candidate cards of a decision: cards of the messages before the current user turn."""
+    """Every card of the messages before the current user turn (the candidates when no runtime chose them)."""
     count = token_counter(tokenizer) if tokenizer is not None else None
     return encode_messages(dp.history, dp.episode.episode_id, count_tokens=count)
+
+
+def memory_line(card: Card) -> str:
+    """The line a card takes in the runtime's prompt (`Compressed.line` of the template compressor)."""
+    return f"[{card.card_id}] {template_compress(card)}"
 
 
 @dataclass
@@ -63,121 +63,84 @@ class DecisionContext:
 
     Attributes:
         decision: the decision point.
-        cards: the kept candidate cards, in order (possibly truncated copies).
-        head: segments before the first card (system prompt + tools).
-        card_segments: one list of segments per card (a tool card: its call and its result).
-        tail: the current turn's segments and the generation-prompt segment.
+        cards: the candidate cards, in prompt order (oldest first).
+        lines: each card's memory line, as the teacher sees it.
+        head: segments before the first memory line.
+        card_segments: one list of segments per card (its line and a newline).
+        tail: everything after the last memory line, then the generation prompt.
         action: the gold action text (`damc.prompting.action_text`).
-        dropped: ids of candidates left out (max_cards or the window), oldest first.
-        truncated: ids of cards that were truncated.
+        dropped: ids of candidates left out for the window, oldest first.
     """
 
     decision: DecisionPoint
     cards: list[Card]
+    lines: list[str]
     head: list[str]
     card_segments: list[list[str]]
     tail: list[str]
     action: str
-    tokenizer: Any = None
-    splittable: bool = True
     dropped: list[str] = field(default_factory=list)
-    truncated: list[str] = field(default_factory=list)
 
     def messages(self, keep: Iterable[int] | None = None) -> list[dict[str, str]]:
         """The context's chat messages with only the cards at positions `keep` (default: all)."""
         idx = range(len(self.cards)) if keep is None else sorted(set(keep))
         dp = self.decision
-        hist = [m for i in idx for m in card_to_messages(self.cards[i])]
-        return build_decision_messages(dp.system, dp.episode.tools, hist, dp.current_turn)
+        return build_decision_messages(dp.system, dp.episode.tools, [], dp.current_turn,
+                                       memory_lines=[self.lines[i] for i in idx] or None)
 
     def segments(self, keep: Iterable[int] | None = None, exclude: Iterable[int] = ()) -> list[str]:
         """Prompt segments with the cards at `keep` (default all) minus those in `exclude`."""
         ex = set(exclude)
         idx = [i for i in (range(len(self.cards)) if keep is None else sorted(set(keep))) if i not in ex]
-        if not self.splittable:
-            return prompt_segments(self.tokenizer, self.messages(idx))
         return self.head + [s for i in idx for s in self.card_segments[i]] + self.tail
 
 
-def _truncate_card(card: Card, limit: int, count: Any, tokenizer: Any) -> Card | None:
-    """A copy of `card` cut to about `limit` tokens, or None when it already fits."""
-    text = "\n".join(m["content"] for m in card_to_messages(card))
-    n = count(text)
-    if n <= limit:
-        return None
-
-    def cut(s: str, budget: int) -> str:
-        budget = max(budget, 8)
-        if tokenizer is None:
-            return s[: budget * 4] + TRUNCATION_MARK
-        ids = tokenizer.encode(s, add_special_tokens=False)
-        return tokenizer.decode(ids[:budget]) + TRUNCATION_MARK
-
-    logger.warning("card %s has %d tokens > max_card_tokens=%d: truncated", card.card_id, n, limit)
-    if card.tool_name and card.result is not None:
-        budget = limit - count(card.call_text)
-        return dataclasses.replace(card, result=cut(card.result_text, budget), meta={**card.meta, "truncated": n})
-    return dataclasses.replace(card, raw_text=cut(card.raw_text, limit), meta={**card.meta, "truncated": n})
+def _split(dp: DecisionPoint, cards: list[Card], tokenizer: Any) -> DecisionContext:
+    """Render the runtime prompt over `cards` and cut it at the memory lines."""
+    lines = [memory_line(c) for c in cards]
+    action = action_text(dp.gold)
+    if not cards:
+        prompt = format_prompt(tokenizer, build_decision_messages(dp.system, dp.episode.tools, [], dp.current_turn))
+        return DecisionContext(dp, [], [], [prompt], [], [], action)
+    prompt = format_prompt(tokenizer, build_decision_messages(dp.system, dp.episode.tools, [], dp.current_turn,
+                                                              memory_lines=lines))
+    block = "\n".join(lines)
+    start = prompt.find(block)
+    if start < 0 or prompt.find(block, start + 1) >= 0:
+        raise ValueError(f"{dp.decision_id}: the memory lines are not one contiguous block of the rendered prompt")
+    rest = prompt[start + len(block):]
+    tail = rest[1:] if rest.startswith("\n") else rest  # each line segment carries its own newline
+    return DecisionContext(dp, cards, lines, [prompt[:start]], [[ln + "\n"] for ln in lines], [tail], action)
 
 
 def build_context(teacher: Any, dp: DecisionPoint, cards: Sequence[Card] | None = None,
                   cfg: ContextConfig | None = None) -> DecisionContext:
-    """The decision context of `dp` over `cards` (default: its candidate cards), within the limits of `cfg`.
+    """The runtime-rendered context of `dp` over `cards` (default: `candidate_cards(dp)`), within the window.
+
+    Cards are put in prompt order (oldest first, as the runtime orders kept cards).
 
     Raises:
         ContextTooLongError: the context does not fit the window even without any card.
     """
     cfg = cfg or ContextConfig()
     tok = getattr(teacher, "tokenizer", teacher)  # a Teacher or a bare tokenizer
-    count = (lambda s: teacher.count_tokens(s)) if hasattr(teacher, "count_tokens") else token_counter(tok)
-    cards = list(candidate_cards(dp, tok) if cards is None else cards)
-    dropped: list[str] = []
-    if cfg.max_cards is not None and len(cards) > cfg.max_cards:
-        keep_from = len(cards) - max(int(cfg.max_cards), 0)
-        dropped += [c.card_id for c in cards[:keep_from]]
-        cards = cards[keep_from:]
-    truncated: list[str] = []
-    for i, c in enumerate(cards):
-        short = _truncate_card(c, cfg.max_card_tokens, count, tok)
-        if short is not None:
-            cards[i] = short
-            truncated.append(c.card_id)
-    ctx = _split(dp, cards, tok)
-    ctx.dropped, ctx.truncated = dropped, truncated
+    count = teacher.count_tokens if hasattr(teacher, "count_tokens") else token_counter(tok)
+    cards = sorted(candidate_cards(dp, tok) if cards is None else cards, key=lambda c: (c.position, c.card_id))
+    ctx = _split(dp, list(cards), tok)
     window = cfg.max_context_tokens or getattr(teacher, "max_context_tokens", None)
-    if window:
-        seg_tokens = [count(s) for s in ctx.head + ctx.tail]
-        fixed = sum(seg_tokens) + count(ctx.action)
-        if fixed > window:
-            raise ContextTooLongError(f"{dp.decision_id}: system prompt, current turn and action take {fixed} "
-                                      f"tokens > window {window}, even without cards")
-        per_card = [sum(count(s) for s in segs) for segs in ctx.card_segments]
-        n_drop = 0
-        while fixed + sum(per_card[n_drop:]) > window:
-            n_drop += 1
-        if n_drop:
-            logger.warning("%s: context of %d tokens > window %d: dropped the %d oldest cards",
-                           dp.decision_id, fixed + sum(per_card), window, n_drop)
-            ctx.dropped += [c.card_id for c in ctx.cards[:n_drop]]
-            ctx.cards = ctx.cards[n_drop:]
-            ctx.card_segments = ctx.card_segments[n_drop:]
-            if not ctx.splittable:
-                ctx = dataclasses.replace(_split(dp, ctx.cards, tok), dropped=ctx.dropped, truncated=truncated)
+    if not window:
+        return ctx
+    fixed = sum(count(s) for s in ctx.head + ctx.tail) + count(ctx.action)
+    if fixed > window:
+        raise ContextTooLongError(f"{dp.decision_id}: system prompt, tools, current turn and action take {fixed} "
+                                  f"tokens > window {window}, even without cards")
+    per_card = [count(s[0]) for s in ctx.card_segments]
+    n_drop = 0
+    while fixed + sum(per_card[n_drop:]) > window:
+        n_drop += 1
+    if n_drop:
+        logger.warning("%s: context of %d tokens > window %d: dropped the %d oldest cards", dp.decision_id,
+                       fixed + sum(per_card), window, n_drop)
+        ctx = _split(dp, list(cards)[n_drop:], tok)
+        ctx.dropped = [c.card_id for c in list(cards)[:n_drop]]
     return ctx
-
-
-def _split(dp: DecisionPoint, cards: list[Card], tok: Any) -> DecisionContext:
-    per_card = [card_to_messages(c) for c in cards]
-    hist = [m for ms in per_card for m in ms]
-    msgs = build_decision_messages(dp.system, dp.episode.tools, hist, dp.current_turn)
-    segs = prompt_segments(tok, msgs)
-    action = action_text(dp.gold)
-    if len(segs) != len(msgs) + 1:  # the template is not prefix-stable: re-render every subset
-        logger.warning("%s: chat template is not prefix-stable; subsets are re-rendered (no exact reuse)",
-                       dp.decision_id)
-        return DecisionContext(dp, cards, [], [[] for _ in cards], [], action, tok, splittable=False)
-    card_segments, pos = [], 1  # segment 0 is the system message
-    for ms in per_card:
-        card_segments.append(segs[pos: pos + len(ms)])
-        pos += len(ms)
-    return DecisionContext(dp, cards, segs[:1], card_segments, segs[pos:], action, tok)

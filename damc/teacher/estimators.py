@@ -1,26 +1,24 @@
 """Counterfactual value estimators: how much each candidate card moves the gold action's log-probability.
 
-`delta_i = logp(action | all cards) − logp(action | all cards but i)`, in nats (signed; positive when the
-card helps the teacher predict what was actually done).
+Every delta is **per action token** (nats/token: the log-prob difference divided by the gold action's token
+count), so a long action does not outweigh a short one in training or thresholds; it is signed — a card whose
+removal *raises* the gold's log-prob is harmful and keeps its negative value.
 
-* `LeaveOneOut` — one forward per card. With `reuse_prefix` (default) the full context runs once with a
-  KV cache and each "without card i" variant reuses the cache of everything before card i, running only
-  the suffix (later cards, current turn, action); `reuse_prefix=False` is the naive reference (same
-  tokenization, so both agree to float precision).
-* `GroupedLeaveOneOut` — removes card i together with every card that repeats one of its critical atoms
-  (`damc.cards.critical_atoms`; atoms found in too many cards, such as a session id, are ignored), so a
-  fact copied into several cards is not undervalued by redundancy. Each card gets its group's delta.
-* `AblationLasso` — `n_samples` random keep-masks (each card kept with `keep_prob`, seeded per decision)
-  and a Lasso surrogate `logp ≈ b + Σ w_i·keep_i` (scikit-learn); `w_i` is the value. The number of
-  forward passes does not depend on the number of cards, and copies of one fact share its credit
-  (masks that drop every copy show the loss).
+* `LeaveOneOut` (`loo`, necessity) — `logp(a | all) − logp(a | all but i)`. With `reuse_prefix` the full context
+  runs once with a KV cache and each variant reuses everything before card i (only the suffix runs).
+* `LeaveOneIn` (`loi`, sufficiency) — `logp(a | card i alone) − logp(a | no card)`: short contexts that share the
+  system/tools prefix, batched; a fact repeated in three cards gets credit in each (leave-one-out gives none).
+* `LooLoi` (`loo_loi`) — the mean of the two: the two ends of a Shapley permutation (card added first, last).
+* `GroupedLeaveOneOut` (`grouped_loo`) — card i leaves with every card repeating one of its critical atoms.
+* `AblationLasso` (`ablation`) — random keep-masks and a Lasso surrogate; cost independent of the card count.
 
-Every estimator returns an `EstimateResult` aligned with the cards it was given (NaN for a card left out
-by `max_cards` or the context window, listed in `extra["dropped"]`).
+Each estimator values the cards of a `DecisionContext` (the runtime's prompt over the runtime's candidates,
+`damc.teacher.context`) and returns an `EstimateResult` aligned with the cards it was given (NaN for a card
+left out for the window, listed in `extra["dropped"]`). `logp_with` / `logp_without` are the two totals whose
+difference (per token) is the delta.
 
 Example:
-    >>> est = LeaveOneOut()
-    >>> res = est.estimate(teacher, dp, candidate_cards(dp))
+    >>> res = LeaveOneIn().estimate(teacher, dp, cards)
     >>> res.deltas.argmax()
 """
 
@@ -47,66 +45,79 @@ class EstimateResult:
     """Values of the candidate cards of one decision.
 
     Attributes:
-        deltas: (n_cards,) logp_full − logp_without, nats; NaN for cards left out of the context.
-        logp_full: total log-prob of the action with every card.
-        logp_without: (n_cards,) total log-prob without each card (surrogate prediction for ablation).
+        deltas: (n_cards,) (logp_with − logp_without) / n_action_tokens, nats per token; NaN for cards left out.
+        logp_with: (n_cards,) total log-prob of the action in the context *with* each card (loo: the full
+            context, the same for every card; loi: the card alone).
+        logp_without: (n_cards,) total log-prob *without* it (loo: all but the card; loi: no card; ablation: the
+            surrogate's prediction).
         n_forward: sequences the teacher evaluated.
         n_forward_tokens: tokens run through the teacher.
         n_action_tokens: tokens of the gold action.
-        extra: estimator-specific details (naive token cost, dropped/truncated cards, groups, fit R²).
+        extra: estimator-specific details (naive token cost, dropped cards, groups, fit R²).
     """
 
     deltas: np.ndarray
-    logp_full: float
+    logp_with: np.ndarray
     logp_without: np.ndarray
     n_forward: int
     n_forward_tokens: int
     n_action_tokens: int
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def logp_full(self) -> float:
+        """Total log-prob of the action with every card (loo-style estimators; NaN when not computed)."""
+        return float(self.extra.get("logp_full", float("nan")))
+
+
+def _realign(res: EstimateResult, ctx: DecisionContext, cards: Sequence[Card]) -> EstimateResult:
+    """Results aligned with `cards` (the caller's order); cards the context left out get NaN."""
+    pos = {c.card_id: i for i, c in enumerate(ctx.cards)}
+    out = {k: np.full(len(cards), np.nan) for k in ("deltas", "logp_with", "logp_without")}
+    for j, c in enumerate(cards):
+        if c.card_id in pos:
+            for k in out:
+                out[k][j] = getattr(res, k)[pos[c.card_id]]
+    res.deltas, res.logp_with, res.logp_without = out["deltas"], out["logp_with"], out["logp_without"]
+    return res
+
 
 class Estimator(ABC):
-    """Base class: builds the decision context, then values its cards (`estimate_context`)."""
+    """Base class: builds the decision context (runtime rendering), then values its cards (`estimate_context`).
+
+    Args:
+        max_context_tokens: context + action limit (None: the teacher's window); oldest lines dropped beyond it.
+    """
 
     name: str = "base"
 
-    def __init__(self, max_cards: int | None = None, max_card_tokens: int = 512,
-                 max_context_tokens: int | None = None):
-        self.context_cfg = ContextConfig(max_cards, max_card_tokens, max_context_tokens)
+    def __init__(self, max_context_tokens: int | None = None):
+        self.context_cfg = ContextConfig(max_context_tokens)
 
     def estimate(self, teacher: Any, decision_point: DecisionPoint, cards: Sequence[Card]) -> EstimateResult:
-        """Values of `cards` (usually `candidate_cards(dp)`) for the decision's gold action."""
+        """Values of `cards` (the runtime's candidates, or `candidate_cards(dp)`) for the decision's gold action."""
         ctx = build_context(teacher, decision_point, list(cards), self.context_cfg)
-        res = self.estimate_context(teacher, ctx)
-        # realign with the input cards (cards dropped for max_cards / the window get NaN)
-        pos = {c.card_id: i for i, c in enumerate(ctx.cards)}
-        deltas = np.full(len(cards), np.nan)
-        without = np.full(len(cards), np.nan)
-        for j, c in enumerate(cards):
-            if c.card_id in pos:
-                deltas[j], without[j] = res.deltas[pos[c.card_id]], res.logp_without[pos[c.card_id]]
-        res.deltas, res.logp_without = deltas, without
-        return res
+        return _realign(self.estimate_context(teacher, ctx), ctx, cards)
 
     @abstractmethod
     def estimate_context(self, teacher: Any, ctx: DecisionContext) -> EstimateResult:
         """Values of `ctx.cards`, aligned with them."""
 
-    def _result(self, ctx: DecisionContext, logps: list[np.ndarray], stats: Any, without: np.ndarray,
-                **extra: Any) -> EstimateResult:
-        full = float(logps[0].sum())
-        without = np.asarray(without, dtype=np.float64)
-        extra = {"naive_tokens": stats.n_naive_tokens, "dropped": ctx.dropped, "truncated": ctx.truncated, **extra}
-        return EstimateResult(full - without, full, without, stats.n_forward, stats.n_forward_tokens,
-                              int(len(logps[0])), extra)
+    def _result(self, ctx: DecisionContext, logps: list[np.ndarray], stats: Any, with_: np.ndarray,
+                without: np.ndarray, **extra: Any) -> EstimateResult:
+        n_act = int(len(logps[0]))
+        with_, without = np.asarray(with_, dtype=np.float64), np.asarray(without, dtype=np.float64)
+        extra = {"naive_tokens": stats.n_naive_tokens, "dropped": ctx.dropped, **extra}
+        return EstimateResult((with_ - without) / max(n_act, 1), with_, without, stats.n_forward,
+                              stats.n_forward_tokens, n_act, extra)
 
 
 class LeaveOneOut(Estimator):
-    """Leave-one-out deltas, with KV-cache prefix reuse (`reuse_prefix`) or naive.
+    """Leave-one-out (necessity), with KV-cache prefix reuse (`reuse_prefix`) or naive.
 
     Args:
         reuse_prefix: reuse the KV cache of the prefix before each card (False: naive reference).
-        max_cards, max_card_tokens, max_context_tokens: context limits (see `ContextConfig`).
+        max_context_tokens: see `Estimator`.
     """
 
     name = "loo"
@@ -119,8 +130,51 @@ class LeaveOneOut(Estimator):
         n = len(ctx.cards)
         variants = [ctx.segments()] + [ctx.segments(exclude={i}) for i in range(n)]
         logps, stats = teacher.score_segment_variants(variants, ctx.action, reuse=self.reuse_prefix)
-        without = np.array([lp.sum() for lp in logps[1:]])
-        return self._result(ctx, logps, stats, without)
+        full = float(logps[0].sum())
+        return self._result(ctx, logps, stats, np.full(n, full), [lp.sum() for lp in logps[1:]], logp_full=full)
+
+
+class LeaveOneIn(Estimator):
+    """Leave-one-in (sufficiency): each card alone against no card. Every variant shares the prefix before the
+    memory lines (system prompt, policy), which runs once; the short rest is batched.
+
+    Args:
+        max_context_tokens: see `Estimator`.
+    """
+
+    name = "loi"
+
+    def estimate_context(self, teacher: Any, ctx: DecisionContext) -> EstimateResult:
+        n = len(ctx.cards)
+        variants = [ctx.segments(keep=[])] + [ctx.segments(keep=[i]) for i in range(n)]
+        logps, stats = teacher.score_segment_variants(variants, ctx.action, reuse=True)
+        none = float(logps[0].sum())
+        return self._result(ctx, logps, stats, [lp.sum() for lp in logps[1:]], np.full(n, none), logp_none=none)
+
+
+class LooLoi(Estimator):
+    """The mean of the per-token `loo` and `loi` deltas: a card's marginal value added last and added first (the two
+    ends of a Shapley permutation). Costs both.
+
+    Args:
+        reuse_prefix: KV-cache prefix reuse for the leave-one-out half.
+        max_context_tokens: see `Estimator`.
+    """
+
+    name = "loo_loi"
+
+    def __init__(self, reuse_prefix: bool = True, **limits: Any):
+        super().__init__(**limits)
+        self.loo, self.loi = LeaveOneOut(reuse_prefix, **limits), LeaveOneIn(**limits)
+
+    def estimate_context(self, teacher: Any, ctx: DecisionContext) -> EstimateResult:
+        a, b = self.loo.estimate_context(teacher, ctx), self.loi.estimate_context(teacher, ctx)
+        extra = {"naive_tokens": a.extra["naive_tokens"] + b.extra["naive_tokens"], "dropped": ctx.dropped,
+                 "loo": a.deltas.tolist(), "loi": b.deltas.tolist(), "logp_full": a.logp_full}
+        # with/without: the loo pair shifted by the loi pair's mean, so (with − without) / n = the mean delta
+        deltas = (a.deltas + b.deltas) / 2.0
+        return EstimateResult(deltas, a.logp_with, a.logp_with - deltas * a.n_action_tokens, a.n_forward + b.n_forward,
+                              a.n_forward_tokens + b.n_forward_tokens, a.n_action_tokens, extra)
 
 
 class GroupedLeaveOneOut(Estimator):
@@ -153,9 +207,9 @@ class GroupedLeaveOneOut(Estimator):
         variants = [ctx.segments()] + [ctx.segments(exclude=g) for g in uniq]
         logps, stats = teacher.score_segment_variants(variants, ctx.action, reuse=self.reuse_prefix)
         by_group = {g: float(lp.sum()) for g, lp in zip(uniq, logps[1:])}
-        without = np.array([by_group[g] for g in groups])
-        return self._result(ctx, logps, stats, without,
-                            groups=[sorted(ctx.cards[j].card_id for j in g) for g in groups])
+        full = float(logps[0].sum())
+        return self._result(ctx, logps, stats, np.full(len(groups), full), [by_group[g] for g in groups],
+                            logp_full=full, groups=[sorted(ctx.cards[j].card_id for j in g) for g in groups])
 
 
 class AblationLasso(Estimator):
@@ -194,8 +248,9 @@ class AblationLasso(Estimator):
         fit = Lasso(alpha=self.alpha, max_iter=10_000).fit(x, y)
         w = fit.coef_  # (n_cards,) nats gained by keeping each card
         full = float(y[0])
-        return self._result(ctx, logps, stats, full - w, r2=float(fit.score(x, y)),
-                            intercept=float(fit.intercept_))
+        return self._result(ctx, logps, stats, np.full(n, full), full - w, logp_full=full,
+                            r2=float(fit.score(x, y)), intercept=float(fit.intercept_))
 
 
-ESTIMATORS = {"loo": LeaveOneOut, "grouped_loo": GroupedLeaveOneOut, "ablation": AblationLasso}
+ESTIMATORS = {"loo": LeaveOneOut, "loi": LeaveOneIn, "loo_loi": LooLoi, "grouped_loo": GroupedLeaveOneOut,
+              "ablation": AblationLasso}

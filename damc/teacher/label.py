@@ -1,8 +1,13 @@
-"""`main(cfg)` behind `scripts/label.py`: counterfactual labels for every decision of an episode file.
+"""`main(cfg)` behind `scripts/label.py`: counterfactual labels of what the runtime chooses from.
 
-For each decision point (in file order; the first `max_decisions`), the candidate cards are valued by the
-configured estimator under the configured teacher, and one row per card is written (DESIGN.md label
-rows, see `damc.labels`). Decisions without candidate cards are skipped and counted.
+Each episode is fed in order to a fresh `DecisionAwareMemory` (`damc.teacher.candidates.RuntimeCandidates`,
+settings `memory:` — the same as the A/B harness's); at each planned decision (file order, `per_episode` sample,
+the first `max_decisions`) the runtime's candidate set — similarity top-N ∪ recent ∪ pinned, capped; no
+newest-N window — is valued by the configured estimator under the configured teacher, in the runtime's own
+prompt (`damc.teacher.context`). One row per card (DESIGN.md label rows, `damc.labels`) stores the student's
+rendering (`card_text`, with age and kind) beside the line the teacher saw (`teacher_text`); `delta` is in nats
+per action token. Decisions without candidates are skipped and counted; the summary counts decisions whose key
+card was labelled (`key_labelled` of `key_decisions`).
 
 Output layout (`out_dir`):
     shards/part-AAAAAA-BBBBBB.parquet   rows of a batch of decisions (global ordinals AAAAAA..BBBBBB),
@@ -15,8 +20,8 @@ Resuming: on start, the decision ids already present in `shards/` are skipped, s
 with the same command finishes without duplicate or lost rows (a crash loses at most one shard).
 
 Sharding: under `accelerate launch --num_processes N` each process (accelerate `PartialState`) takes
-every Nth decision (`shard_decisions`) and writes its own shards; on GPUs each process uses its own
-device. Load the result with `damc.labels.load_labels(out_dir)`.
+every Nth episode, whole (`shard_by_episode`: its memory is fed in order), and writes its own shards; on GPUs
+each process uses its own device. Load the result with `damc.labels.load_labels(out_dir)`.
 """
 
 from __future__ import annotations
@@ -71,6 +76,15 @@ def shard_decisions(items: Sequence[T], rank: int, world_size: int) -> list[tupl
     return [(i, items[i]) for i in range(rank, len(items), world_size)]
 
 
+def shard_by_episode(decisions: Sequence[DecisionPoint], rank: int, world_size: int
+                     ) -> list[tuple[int, DecisionPoint]]:
+    """`(global ordinal, decision)` of process `rank`: every `world_size`-th *episode*, whole (its runtime memory is
+    fed in order, so an episode's decisions stay in one process), decisions in order."""
+    episodes = list(dict.fromkeys(dp.episode.episode_id for dp in decisions))
+    mine = {e for _, e in shard_decisions(episodes, rank, world_size)}
+    return [(i, dp) for i, dp in enumerate(decisions) if dp.episode.episode_id in mine]
+
+
 def _fingerprint(cfg: Any) -> dict[str, Any]:
     """The settings labels depend on (not batch sizes, devices, timeouts or max_decisions)."""
     from omegaconf import OmegaConf
@@ -80,27 +94,34 @@ def _fingerprint(cfg: Any) -> dict[str, Any]:
         teacher.pop(k, None)
     estimator = OmegaConf.to_container(cfg.estimator, resolve=True)
     estimator.pop("reuse_prefix", None)  # naive or reused: same deltas
+    from damc.query import RENDER_VERSION
+
     return {"data": str(Path(cfg.data.path).resolve()), "tool_calls_only": bool(cfg.data.tool_calls_only),
             "per_episode": cfg.get("per_episode"), "sample_seed": cfg.get("sample_seed", 0),
-            "teacher": teacher, "estimator": estimator, "max_cards": cfg.max_cards,
-            "max_card_tokens": cfg.max_card_tokens, "max_context_tokens": cfg.max_context_tokens}
+            "teacher": teacher, "estimator": estimator, "memory": OmegaConf.to_container(cfg.memory, resolve=True),
+            "max_context_tokens": cfg.max_context_tokens, "render_version": RENDER_VERSION,
+            "delta_units": "nats per action token"}
 
 
 def _rows(dp: DecisionPoint, cards: list, res: Any, est_name: str, teacher_id: str) -> list[dict[str, Any]]:
+    """Label rows: the student's rendering of each card (`card_text`, age and kind included) beside the line the
+    teacher saw (`teacher_text`); `delta` in nats per action token, `logp_*` totals."""
     from damc.query import RENDER_VERSION, render_card, render_decision_query
+    from damc.teacher.context import memory_line
 
     decision_text = render_decision_query(dp.context, dp.episode.tools)
     keys = set(dp.key_card_ids)
     rows = []
-    for c, d, w in zip(cards, res.deltas, res.logp_without):
-        if not np.isfinite(d):  # left out by max_cards / the window (already warned)
+    for c, d, w, wo in zip(cards, res.deltas, res.logp_with, res.logp_without):
+        if not np.isfinite(d):  # left out for the window (already warned)
             continue
         rows.append({"decision_id": dp.decision_id, "episode_id": dp.episode.episode_id, "card_id": c.card_id,
-                     "decision_text": decision_text, "card_text": render_card(c), "logp_full": float(res.logp_full),
-                     "logp_without": float(w), "delta": float(d), "estimator": est_name, "teacher": teacher_id,
+                     "decision_text": decision_text, "card_text": render_card(c), "logp_full": float(w),
+                     "logp_without": float(wo), "delta": float(d), "estimator": est_name, "teacher": teacher_id,
                      "n_action_tokens": int(res.n_action_tokens), "decision_index": int(dp.index),
                      "card_position": int(c.position), "card_kind": c.kind, "is_key": c.card_id in keys,
-                     "render_version": RENDER_VERSION})
+                     "render_version": RENDER_VERSION, "teacher_text": memory_line(c),
+                     "card_age": (c.meta or {}).get("age")})
     return rows
 
 
@@ -143,24 +164,25 @@ def _build_labelers(cfg: Any, state: Any, need_teacher: bool) -> tuple[Any, Any]
     if teacher_cfg.get("device") == "auto" and state.num_processes > 1:
         teacher_cfg["device"] = str(state.device)  # one device per process
     teacher = hydra.utils.instantiate(teacher_cfg) if need_teacher else None
-    estimator = hydra.utils.instantiate(cfg.estimator, max_cards=cfg.max_cards, max_card_tokens=cfg.max_card_tokens,
-                                        max_context_tokens=cfg.max_context_tokens)
+    estimator = hydra.utils.instantiate(cfg.estimator, max_context_tokens=cfg.max_context_tokens)
     return teacher, estimator
 
 
 def _new_stats() -> dict[str, Any]:
     """Per-process counters, written to `progress/rank-R.json` and summed into `summary.json`."""
     return {"decisions": 0, "cards": 0, "rows": 0, "skipped_no_cards": 0, "skipped_too_long": 0,
-            "cards_dropped": 0, "cards_truncated": 0, "forward_passes": 0, "forward_tokens": 0,
+            "cards_dropped": 0, "key_decisions": 0, "key_labelled": 0, "forward_passes": 0, "forward_tokens": 0,
             "naive_forward_tokens": 0, "passes_saved": 0.0, "shards": 0}
 
 
-def _label_decision(dp: DecisionPoint, teacher: Any, estimator: Any, est_name: str,
+def _label_decision(dp: DecisionPoint, cards: list, teacher: Any, estimator: Any, est_name: str,
                     stats: dict[str, Any]) -> list[dict[str, Any]]:
-    """The label rows of one decision (none without candidate cards or when it does not fit); updates `stats`."""
-    from damc.teacher.context import ContextTooLongError, candidate_cards
+    """The label rows of one decision over the runtime's candidates `cards` (none without candidates or when the
+    context does not fit); updates `stats` (`key_labelled`: a key card of the decision among the labelled)."""
+    from damc.teacher.context import ContextTooLongError
 
-    cards = candidate_cards(dp, teacher.tokenizer)
+    if dp.key_card_ids:
+        stats["key_decisions"] += 1
     if not cards:
         stats["skipped_no_cards"] += 1
         return []
@@ -173,8 +195,8 @@ def _label_decision(dp: DecisionPoint, teacher: Any, estimator: Any, est_name: s
     rows = _rows(dp, cards, res, est_name, teacher.model_id)
     stats["decisions"] += 1
     stats["cards"] += len(rows)
+    stats["key_labelled"] += any(r["is_key"] for r in rows)
     stats["cards_dropped"] += len(res.extra.get("dropped", []))
-    stats["cards_truncated"] += len(res.extra.get("truncated", []))
     stats["forward_passes"] += res.n_forward
     stats["forward_tokens"] += res.n_forward_tokens
     naive = int(res.extra.get("naive_tokens", res.n_forward_tokens))
@@ -185,20 +207,27 @@ def _label_decision(dp: DecisionPoint, teacher: Any, estimator: Any, est_name: s
 
 def _label_all(cfg: Any, mine: list[tuple[int, DecisionPoint]], teacher: Any, estimator: Any, out: Path,
                rank: int, world: int, show_progress: bool) -> dict[str, Any]:
-    """Label this process's decisions, writing a shard and the progress manifest every `shard_size` of them."""
+    """Label this process's decisions episode by episode (one runtime memory each, fed in order), writing a shard
+    and the progress manifest every `shard_size` decisions."""
+    from omegaconf import OmegaConf
     from tqdm import tqdm
 
+    from damc.teacher.candidates import RuntimeCandidates
+
     shard_dir, prog_dir = out / "shards", out / "progress"
-    est_name = estimator.name
+    memory_cfg = OmegaConf.to_container(cfg.memory, resolve=True)
     stats = _new_stats()
     batch: list[dict[str, Any]] = []
-    first = None
-    bar = tqdm(mine, desc=f"label[{rank}]", disable=not show_progress or not mine)
+    first, runtime = None, None
+    bar = tqdm(mine, desc=f"label[{rank}]", unit="decision", disable=not show_progress or not mine)
     for n, (ordinal, dp) in enumerate(bar):
+        if runtime is None or runtime.episode.episode_id != dp.episode.episode_id:
+            if runtime is not None:
+                runtime.close()
+            runtime = RuntimeCandidates(dp.episode, teacher.tokenizer, memory_cfg)
         first = ordinal if first is None else first
-        batch += _label_decision(dp, teacher, estimator, est_name, stats)
-        last_in_batch = (n + 1) % cfg.shard_size == 0 or n == len(mine) - 1
-        if last_in_batch:
+        batch += _label_decision(dp, runtime.at(dp), teacher, estimator, estimator.name, stats)
+        if (n + 1) % cfg.shard_size == 0 or n == len(mine) - 1:
             if batch:
                 write_shard(shard_dir, f"part-{first:06d}-{ordinal:06d}.parquet", batch)
                 stats["shards"] += 1
@@ -207,6 +236,8 @@ def _label_all(cfg: Any, mine: list[tuple[int, DecisionPoint]], teacher: Any, es
             atomic_write_text(prog_dir / f"rank-{rank}.json",
                               json.dumps({"rank": rank, "world_size": world, "last_ordinal": ordinal, **stats}))
         bar.set_postfix(rows=stats["rows"] + len(batch))
+    if runtime is not None:
+        runtime.close()
     return stats
 
 
@@ -244,7 +275,7 @@ def main(cfg: Any) -> dict[str, Any]:
     decisions = plan_decisions(cfg.data.path, cfg.data.tool_calls_only, cfg.max_decisions,
                                cfg.get("per_episode"), cfg.get("sample_seed", 0))
     done = labelled_decision_ids(out / "shards")
-    mine = [(i, dp) for i, dp in shard_decisions(decisions, rank, world) if dp.decision_id not in done]
+    mine = [(i, dp) for i, dp in shard_by_episode(decisions, rank, world) if dp.decision_id not in done]
     logger.info("rank %d/%d: %d decisions to label (%d already done)", rank, world, len(mine), len(done))
 
     teacher, estimator = _build_labelers(cfg, state, bool(mine))

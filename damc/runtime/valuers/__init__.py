@@ -5,7 +5,7 @@
 | `HeuristicValuer` | errors, user constraints, fresh tool results, ids shared with the query (the cold-start prior) | `heuristic` |
 | `RecencyValuer` | newest first | `heuristic` |
 | `SimilarityValuer` | embedding cosine to the query | `retrieval` |
-| `BM25Valuer` | Okapi BM25 of the query over the candidates | `retrieval` |
+| `BM25Valuer` | Okapi BM25 of the query over the candidates (`damc.runtime.lexical`) | `retrieval` |
 | `GenerativeAgentsValuer` | recency + importance + relevance (Park et al. 2023) | `retrieval` |
 | `ScorerValuer` | the distilled student `CardScorer` | `learned` |
 | `KNNValuer` | the teacher's non-parametric value (similar labelled decisions) | `learned` |
@@ -24,7 +24,8 @@ from damc.runtime.valuers.heuristic import (CONSTRAINT_PATTERNS, HeuristicValuer
                                             is_constraint, is_pinned, recency_order)
 from damc.runtime.valuers.judge import JUDGE_PROMPT, LLMJudgeValuer, parse_rating
 from damc.runtime.valuers.learned import CrossEncoderScorer, KNNValuer, ScorerValuer
-from damc.runtime.valuers.retrieval import BM25Valuer, GenerativeAgentsValuer, SimilarityValuer, bm25_tokens
+from damc.runtime.lexical import bm25_tokens
+from damc.runtime.valuers.retrieval import BM25Valuer, GenerativeAgentsValuer, SimilarityValuer
 
 __all__ = ["BM25Valuer", "CONSTRAINT_PATTERNS", "CachedValuer", "CrossEncoderScorer", "GenerativeAgentsValuer",
            "HeuristicValuer", "HeuristicWeights", "HybridValuer", "JUDGE_PROMPT", "KNNValuer", "LLMJudgeValuer",

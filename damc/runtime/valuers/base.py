@@ -75,9 +75,10 @@ class HybridValuer(Valuer):
         return (self.weight * learned + (1.0 - self.weight) * prior).astype(np.float32)
 
 def card_hash(card: Card) -> str:
-    """Content hash of what a valuer can see of a card (changes when a result arrives or a card is edited)."""
+    """Hash of what a valuer can see of a card: content and age (changes when a result arrives, a card is edited,
+    or the conversation moves on)."""
     h = hashlib.blake2b(digest_size=12)
-    for part in (card.kind, card.status or "", card.raw_text):
+    for part in (card.kind, card.status or "", card.raw_text, str((card.meta or {}).get("age"))):
         h.update(part.encode("utf-8", "surrogatepass"))
         h.update(b"\x00")
     return h.hexdigest()

@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from damc.cards import Card
-from damc.query import render_card
+from damc.query import card_document
 from damc.runtime.valuers.base import Valuer
 
 JUDGE_PROMPT = ("Given the current task:\n{query}\n\nHow important is the following history fragment for making "
@@ -58,7 +58,7 @@ class LLMJudgeValuer(Valuer):
         self._tok: Any = None
 
     def messages(self, query: str, card: Card) -> list[dict[str, str]]:
-        return [{"role": "user", "content": JUDGE_PROMPT.format(query=query, card=render_card(card, self.max_card_chars))}]
+        return [{"role": "user", "content": JUDGE_PROMPT.format(query=query, card=card_document(card, self.max_card_chars))}]
 
     def _load(self) -> None:
         if self._model is None:

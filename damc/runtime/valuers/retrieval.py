@@ -2,7 +2,7 @@
 
 * `SimilarityValuer` — cosine of card and query embeddings (the memory's own encoder and cached card
   embeddings when bound to a `DecisionAwareMemory`), clipped to [0, 1].
-* `BM25Valuer` — Okapi BM25 (`bm25s`) of the query over the candidates, divided by the best score.
+* `BM25Valuer` — Okapi BM25 (`damc.runtime.lexical`) of the query over the candidates, divided by the best score.
 * `GenerativeAgentsValuer` — Park et al. (2023): recency + importance + relevance, each min-max normalised.
 
 Example:
@@ -11,23 +11,15 @@ Example:
 
 from __future__ import annotations
 
-import re
 from typing import Any, Sequence
 
 import numpy as np
 
 from damc.cards import Card
-from damc.query import render_card
+from damc.query import card_document
+from damc.runtime.lexical import bm25_scores, bm25_tokens
 from damc.runtime.valuers.base import Valuer
 from damc.runtime.valuers.heuristic import HeuristicValuer, query_body
-
-_TOKEN_RE = re.compile(r"[A-Za-z]+|\d+")
-
-
-def bm25_tokens(text: str) -> list[str]:
-    """Lower-cased words and digit runs (identifiers split on punctuation and underscores)."""
-    return [t.lower() for t in _TOKEN_RE.findall(text)]
-
 
 class SimilarityValuer(Valuer):
     """Cosine similarity of each card's embedding to the query's, clipped to [0, 1].
@@ -65,13 +57,14 @@ class SimilarityValuer(Valuer):
             vecs = self._memory.index.card_vectors([c.card_id for c in cards])  # (n, dim)
         else:
             q = self._encode([query])[0]
-            vecs = self._encode([render_card(c) for c in cards])
+            vecs = self._encode([card_document(c) for c in cards])
         return np.clip(vecs @ q, 0.0, 1.0).astype(np.float32)
 
 
 class BM25Valuer(Valuer):
-    """Okapi BM25 (`bm25s`, Lucene variant) of the query body over the candidates' renderings, divided by the
-    best candidate's score (so values are in [0, 1] and a threshold is relative to the best match).
+    """Okapi BM25 (Lucene variant, `damc.runtime.lexical`; equal to `bm25s`'s scores) of the query body over the
+    candidates' renderings, divided by the best candidate's score (values in [0, 1]: a threshold is relative to
+    the best match).
 
     Args:
         k1: term-frequency saturation.
@@ -86,16 +79,8 @@ class BM25Valuer(Valuer):
     def value(self, query: str, cards: Sequence[Card], now: float | None = None) -> np.ndarray:
         if not cards:
             return np.zeros(0, dtype=np.float32)
-        import bm25s
-
-        docs = [bm25_tokens(render_card(c)) or ["_"] for c in cards]
-        q = bm25_tokens(query_body(query))
-        if not q:
-            return np.zeros(len(cards), dtype=np.float32)
-        retriever = bm25s.BM25(k1=self.k1, b=self.b)
-        retriever.index(docs, show_progress=False)
-        vocab = retriever.vocab_dict
-        scores = np.asarray(retriever.get_scores([t for t in q if t in vocab]), dtype=np.float64)
+        docs = [bm25_tokens(card_document(c)) for c in cards]
+        scores = bm25_scores(docs, bm25_tokens(query_body(query)), self.k1, self.b)
         top = scores.max(initial=0.0)
         return (scores / top if top > 0 else np.zeros_like(scores)).astype(np.float32)
 
