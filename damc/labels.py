@@ -14,7 +14,8 @@ Columns (DESIGN.md "Label row" plus extras): `LABEL_COLUMNS` (required) and `EXT
 `delta = (logp_full − logp_without) / n_action_tokens` in **nats per action token** (signed), where `logp_full` is
 the action's total log-prob in the estimator's context *with* the card (leave-one-out: every candidate;
 leave-one-in: the card alone) and `logp_without` the total *without* it. `card_text` is what the student reads
-(`damc.query.render_card`: the template line with kind and age), `teacher_text` the line the teacher saw.
+(`damc.query.render_card`: the template line with kind and age), `teacher_text` the line the teacher saw, and
+`feat_*` the runtime's signals at that decision (the learned combiner's inputs besides the student).
 
 Example:
     >>> ds = load_labels("labels/")
@@ -32,7 +33,8 @@ from typing import Any, Sequence
 
 LABEL_COLUMNS = ("decision_id", "episode_id", "card_id", "decision_text", "card_text", "logp_full",
                  "logp_without", "delta", "estimator", "teacher", "n_action_tokens")
-EXTRA_COLUMNS = ("decision_index", "card_position", "card_kind", "is_key", "render_version", "teacher_text", "card_age")
+EXTRA_COLUMNS = ("decision_index", "card_position", "card_kind", "is_key", "render_version", "teacher_text", "card_age",
+                 "feat_bm25", "feat_cosine", "feat_pinned")
 
 
 class LabelFormatError(ValueError):
@@ -47,7 +49,7 @@ def label_schema() -> Any:
     types = {"decision_id": s, "episode_id": s, "card_id": s, "decision_text": s, "card_text": s,
              "logp_full": f, "logp_without": f, "delta": f, "estimator": s, "teacher": s, "n_action_tokens": i,
              "decision_index": i, "card_position": i, "card_kind": s, "is_key": b, "render_version": s,
-             "teacher_text": s, "card_age": i}
+             "teacher_text": s, "card_age": i, "feat_bm25": f, "feat_cosine": f, "feat_pinned": f}
     return pa.schema([(c, types[c]) for c in LABEL_COLUMNS + EXTRA_COLUMNS])
 
 

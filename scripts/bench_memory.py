@@ -86,7 +86,8 @@ def bench_context(n_cards: int, candidates: int, decisions: int, scorer_path: st
                   scorer_dtype: str = "auto", scorer_backend: str = "auto",
                   max_batch_tokens: int | None = 1024) -> dict[str, Any]:
     from damc.runtime.memory import DecisionAwareMemory, MemoryConfig
-    from damc.runtime.valuers import CachedValuer, CrossEncoderScorer, HeuristicValuer, HybridValuer, ScorerValuer
+    from damc.runtime.memory import default_valuer
+    from damc.runtime.valuers import CrossEncoderScorer
 
     if scorer_path:
         from damc.scorer import CardScorer
@@ -97,7 +98,7 @@ def bench_context(n_cards: int, candidates: int, decisions: int, scorer_path: st
     else:
         scorer, scorer_name = CrossEncoderScorer("minilm-l6", max_length=256), "CrossEncoder(minilm-l6), untrained stand-in"
     cfg = MemoryConfig(top_n=candidates, recent=10, pinned=10, max_candidates=candidates, context_window=8192)
-    valuer = CachedValuer(HybridValuer(HeuristicValuer(), ScorerValuer(scorer), 0.8))
+    valuer = default_valuer(scorer)   # what DecisionAwareMemory(scorer=...) runs
     with tempfile.TemporaryDirectory() as d:
         mem = DecisionAwareMemory(d, valuer=valuer, config=cfg)
         s = 0

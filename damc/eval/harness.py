@@ -34,7 +34,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -124,6 +124,13 @@ class Decision:
     def decision_id(self) -> str:
         return self.dp.decision_id
 
+    @property
+    def history_key_ids(self) -> list[str]:
+        """The key cards that lie before the current user turn: only memory can bring them into the prompt (key
+        cards inside the current turn are always there, verbatim)."""
+        ids = {c.card_id for c in self.cards}
+        return [k for k in self.dp.key_card_ids if k in ids]
+
     def confuser_values(self) -> list[str]:
         """Argument values of the distractors that the gold does not use (an id, a team, a code)."""
         gold = set(gold_values(self.dp.gold))
@@ -142,7 +149,8 @@ def select_decisions(episodes: Sequence[Episode], cfg: Any, count_tokens: Any) -
     """Decision points that pass the filters, then a seeded sample of `max_decisions`, in episode order.
 
     Filters: tool-call decisions only (`cfg.data.tool_calls_only`); `cfg.filters`: decisions with recorded key
-    cards only, a minimum number of history cards; at least one distractor (always: MC accuracy needs one).
+    cards only, decisions whose key card lies before the current user turn only (`memory_only`: where memory
+    matters), a minimum number of history cards; at least one distractor (always: MC accuracy needs one).
     """
     f = cfg.filters
     out: list[Decision] = []
@@ -157,6 +165,8 @@ def select_decisions(episodes: Sequence[Episode], cfg: Any, count_tokens: Any) -
             cand = cards_before(cards, dp.current_turn_start)
             if len(cand) < f.min_history_cards:
                 continue
+            if f.get("memory_only") and not set(dp.key_card_ids) & {c.card_id for c in cand}:
+                continue  # no key card before the current turn: memory cannot matter
             dis = make_distractors(ep, dp.index, n=cfg.n_distractors, seed=cfg.seed)
             if dis:
                 out.append(Decision(dp, cand, dis))
@@ -269,9 +279,11 @@ def policy_options(cfg: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
-def settings_for(policy: Policy, cfg: Any) -> list[Setting]:
+def settings_for(policy: Policy, cfg: Any, name: str | None = None) -> list[Setting]:
     """The evaluation points of a policy: each budget, then (card policies) the top-k / threshold sweep under
-    `sweep.budget` (default: the largest budget), each in every `render` mode for card policies."""
+    `sweep.budget` (default: the largest budget), each in every `render` mode for card policies. A policy whose
+    values are not in [0, 1] (`damc` with its combiner: nats per action token) takes its own threshold grid
+    from `sweep.threshold_for.<name>` (or `.<registry name>`)."""
     budgets = [int(b) for b in cfg.budgets]
     if not policy.budgeted:
         return [Setting(max(budgets))]
@@ -283,7 +295,10 @@ def settings_for(policy: Policy, cfg: Any) -> list[Setting]:
         sw = cfg.get("sweep") or {}
         sb = int(sw.get("budget") or max(budgets))
         out += [Setting(sb, top_k=int(k), render=r) for r in renders for k in sw.get("top_k") or []]
-        out += [Setting(sb, threshold=float(t), render=r) for r in renders for t in sw.get("threshold") or []]
+        per = sw.get("threshold_for") or {}
+        own = [k for k in (name, policy.name) if k in per]
+        grid = (per[own[0]] if own else sw.get("threshold")) or []
+        out += [Setting(sb, threshold=float(t), render=r) for r in renders for t in grid]
     return out
 
 
@@ -335,6 +350,7 @@ def evaluate_unit(unit: Unit, d: Decision, view: DecisionView, env: PolicyEnv, l
                            else NO_BUDGET, "top_k": s.top_k, "threshold": s.threshold, "render": s.render,
                            "kind": unit.policy.kind, "decision_id": d.decision_id, "episode_id": dp.episode.episode_id,
                            "index": dp.index, "is_tool_call": dp.is_tool_call, "key_card_ids": dp.key_card_ids,
+                           "history_key_ids": d.history_key_ids, "memory_matters": bool(d.history_key_ids),
                            "n_cards": len(d.cards), "fingerprint": unit.fingerprint}
     try:
         out = unit.policy.build(view, s, env, memory=memory, valuer=valuer)
@@ -352,7 +368,7 @@ def evaluate_unit(unit: Unit, d: Decision, view: DecisionView, env: PolicyEnv, l
                    normalised=mc.normalised, prompt_tokens=hit["prompt_tokens"], history_tokens=out.history_tokens,
                    overhead_ms=overhead, value_ms=first, llm_ms=hit["llm_ms"], exact_match=hit["em"],
                    kept_card_ids=out.kept_card_ids, n_candidates=len(out.candidate_ids),
-                   key_in_candidates=[k for k in dp.key_card_ids if k in set(out.candidate_ids)],
+                   key_in_candidates=[k for k in d.history_key_ids if k in set(out.candidate_ids)],
                    confuser=(any(holds_any(text.get(c, ""), confusers) for c in kept) if confusers else None),
                    prompt_hash=hit["hash"])
     except Exception as e:  # noqa: BLE001 - one failing policy/decision must not stop the run
@@ -432,7 +448,7 @@ def build_units(cfg: Any) -> tuple[list[Unit], dict[str, Policy]]:
     policies = {name: make_policy(o["policy"], **{k: v for k, v in o.items() if k != "policy"})
                 for name, o in opts.items()}
     units = [Unit(name, pol, s, setting_key(pol, s), fps[name]) for name, pol in policies.items()
-             for s in settings_for(pol, cfg)]
+             for s in settings_for(pol, cfg, name)]
     return units, policies
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -184,10 +184,11 @@ def summarize_records(records: Sequence[dict[str, Any]], *, n_boot: int = 1000, 
     """Aggregate per-decision records of one policy@setting into the results.json entry.
 
     Failed records count in `n_failed` only; every other figure is over the successful decisions. Memory
-    metrics are over decisions with key cards: `key_recall` (share of key cards kept), `key_hit` (at least one
-    kept), `candidate_recall` (share of key cards among the candidates), `confuser_rate` (the context holds a
-    distractor's argument value that the gold does not use; decisions whose distractors add no value are left
-    out of it).
+    metrics are over the decisions with a key card *before the current user turn* (where memory matters; a key card
+    inside the current turn is always in the prompt): `accuracy_key_decisions` (their accuracy), `key_recall`
+    (share of those key cards kept), `key_hit` (at least one kept), `candidate_recall` (share among the
+    candidates), `confuser_rate` (the context holds a distractor's argument value that the gold does not use;
+    decisions whose distractors add no value are left out of it).
     """
     ok = [r for r in records if not r.get("failed")]
     acc = [float(r["correct"]) for r in ok]
@@ -210,14 +211,13 @@ def summarize_records(records: Sequence[dict[str, Any]], *, n_boot: int = 1000, 
         "n_decisions": len(ok),
         "n_failed": len(records) - len(ok),
     }
-    keyed = [r for r in ok if r.get("key_card_ids")]
-    if keyed:
-        out["key_recall"] = float(np.mean([len(set(r["key_card_ids"]) & set(r["kept_card_ids"]))
-                                           / len(r["key_card_ids"]) for r in keyed]))
-        out["key_hit"] = float(np.mean([bool(set(r["key_card_ids"]) & set(r["kept_card_ids"])) for r in keyed]))
+    keyed = [r for r in ok if _keys(r)]
+    if keyed:  # key cards before the current turn: the ones memory has to bring in
+        out["key_recall"] = float(np.mean([len(set(_keys(r)) & set(r["kept_card_ids"])) / len(_keys(r)) for r in keyed]))
+        out["key_hit"] = float(np.mean([bool(set(_keys(r)) & set(r["kept_card_ids"])) for r in keyed]))
         cand = [r for r in keyed if r.get("key_in_candidates") is not None]
         if cand:
-            out["candidate_recall"] = float(np.mean([len(r["key_in_candidates"]) / len(r["key_card_ids"]) for r in cand]))
+            out["candidate_recall"] = float(np.mean([len(r["key_in_candidates"]) / len(_keys(r)) for r in cand]))
         conf = [r["confuser"] for r in keyed if r.get("confuser") is not None]
         if conf:
             out["confuser_rate"] = float(np.mean(conf))
@@ -228,6 +228,11 @@ def summarize_records(records: Sequence[dict[str, Any]], *, n_boot: int = 1000, 
         out["exact_match_name"] = float(np.mean([e["name"] for e in em]))
         out["exact_match"] = float(np.mean([e["full"] for e in em]))
     return out
+
+
+def _keys(r: dict[str, Any]) -> list[str]:
+    """The key cards memory is judged on: those before the current turn (`history_key_ids`; older records: all)."""
+    return list(r["history_key_ids"] if "history_key_ids" in r else r.get("key_card_ids") or [])
 
 
 def _p(records: Sequence[dict[str, Any]], key: str, q: float) -> float:

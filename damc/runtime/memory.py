@@ -6,8 +6,8 @@
 * **retrieve**: candidates = FAISS top-N by similarity to the decision query ∪ the most recent M cards ∪
   pinned cards (tool errors, user constraints / changed requirements), capped at `max_candidates`;
   cards of the current turn are never candidates (that turn is kept verbatim).
-* **value**: a pluggable `Valuer` (default: the heuristic prior; `scorer=PATH` mixes in the student
-  scorer), behind a TTL cache.
+* **value**: a pluggable `Valuer` (default: the heuristic prior; `scorer=PATH`: the student through its learned
+  combiner, a calibrated predicted delta), behind a TTL cache.
 * **select**: a pluggable `Selector` under a token budget (default: 65 % of what the context window
   has left after the system prompt, tools and the current turn).
 * **compress**: a pluggable `Compressor` (default: templates), one `[card_id]` line per card.
@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
@@ -44,9 +44,12 @@ from damc.runtime.assemble import assemble, prompt_tokens, split_conversation
 from damc.runtime.compress import Compressor, TemplateCompressor
 from damc.runtime.context import Context, DroppedCard, SelectedCard
 from damc.runtime.index import CardIndex, IndexConfig
-from damc.runtime.select import Selector, TopK, default_budget
+from damc.runtime.select import Selector, Threshold, TopK, default_budget
 from damc.runtime.store import CardStore, StoreConfig, StoredCard
-from damc.runtime.valuers import CachedValuer, HeuristicValuer, HybridValuer, ScorerValuer, Valuer, is_pinned
+from damc.runtime.valuers import CachedValuer, HeuristicValuer, ScorerValuer, Valuer, is_pinned
+
+if TYPE_CHECKING:
+    from damc.runtime.explain import Explanation
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +69,6 @@ class MemoryConfig:
         pinned: most recent pinned cards (errors, user constraints) always considered.
         max_candidates: cap on the union (the valuer scores at most this many).
         value_ttl_s: value cache lifetime (seconds).
-        hybrid_weight: share of the learned value when a scorer is given (the rest is the heuristic prior).
         stamp_time: give messages without a `timestamp` the ingest time (enables decay in hours).
         record: keep per-card value statistics (for `archive`) and the last context per session (for the CLI).
     """
@@ -79,7 +81,6 @@ class MemoryConfig:
     pinned: int = 10
     max_candidates: int = 50
     value_ttl_s: float = 60.0
-    hybrid_weight: float = 0.8
     stamp_time: bool = True
     record: bool = True
 
@@ -88,16 +89,25 @@ def default_valuer(scorer: Any = None, config: MemoryConfig | None = None) -> Va
     """The valuer `DecisionAwareMemory` builds when none is given (the A/B harness calls this same function).
 
     Without a scorer: the heuristic prior. With one (a `CardScorer`, or the path of an exported scorer): the
-    student mixed with the prior, `hybrid_weight · student + (1 − hybrid_weight) · prior`. Either way behind a
-    TTL cache of `value_ttl_s` seconds.
+    student through its learned combiner (`ScorerValuer`: calibrated predicted delta). Either way behind a TTL
+    cache of `value_ttl_s` seconds.
     """
     config = config or MemoryConfig()
     valuer: Valuer = HeuristicValuer()
     if scorer is not None:
-        learned = ScorerValuer.from_pretrained(str(scorer)) if isinstance(scorer, (str, os.PathLike)) \
+        valuer = ScorerValuer.from_pretrained(str(scorer)) if isinstance(scorer, (str, os.PathLike)) \
             else ScorerValuer(scorer)
-        valuer = HybridValuer(valuer, learned, config.hybrid_weight)
     return CachedValuer(valuer, ttl_s=config.value_ttl_s)
+
+
+def default_selector(valuer: Valuer) -> Selector:
+    """`Threshold(τ)` when the valuer is a scorer whose export chose a threshold on dev (`damc_scorer.json`
+    "threshold", in the combiner's delta units), else `TopK(12)`."""
+    inner = getattr(valuer, "inner", valuer)
+    meta = getattr(getattr(inner, "scorer", None), "metadata", None) or {}
+    if getattr(inner, "combiner", None) is not None and meta.get("threshold") is not None:
+        return Threshold(float(meta["threshold"]))
+    return TopK(12)
 
 
 def with_age(sc: StoredCard, session_id: str, u: int) -> Card:
@@ -141,8 +151,10 @@ class DecisionAwareMemory:
 
     Args:
         path: None (in memory), a directory (`cards.db` + `cards.faiss` inside), or a `.db` file path.
-        valuer: how cards are valued (default: heuristic prior, or hybrid with `scorer` when given).
-        selector: how cards are chosen (default: `TopK(12)` under the budget).
+        valuer: how cards are valued (default: `default_valuer(scorer)` — the heuristic prior, or the student
+            through its learned combiner when `scorer` is given).
+        selector: how cards are chosen (default: `default_selector` — the scorer's dev-chosen `Threshold(τ)`,
+            else `TopK(12)`; always under the budget).
         compressor: how kept cards are written (default: templates).
         scorer: a `CardScorer` or a path to an exported one (`CardScorer.from_pretrained`).
         encoder: sentence encoder for the FAISS index (registry name, path, or an encoder object).
@@ -168,7 +180,7 @@ class DecisionAwareMemory:
         self.store = CardStore(db, store_config)
         self.index = CardIndex(self.store, encoder, faiss_path, index_config)
         self.valuer = valuer if valuer is not None else default_valuer(scorer, self.config)
-        self.selector = selector or TopK(12)
+        self.selector = selector or default_selector(self.valuer)
         self.compressor = compressor or TemplateCompressor()
         self._tokenizer_spec = tokenizer
         self._tokenizer: Any = None

@@ -82,7 +82,7 @@ def build_metadata(run_dir: Path) -> dict[str, Any]:
     return {"format_version": FORMAT_VERSION, "render_version": tm["render_version"],
             "normalization": tm["normalization"], "max_length": tm["max_length"], "teacher": tm["teacher"],
             "estimators": tm.get("estimators"), "base_model": tm["base_model"],
-            "kept_layers": tm.get("kept_layers"), "loss": tm.get("loss"),
+            "kept_layers": tm.get("kept_layers"), "loss": tm.get("loss"), "threshold": tm.get("threshold"),
             "labels": tm.get("labels"), "metrics": keep, "score_units": "normalised delta (to_delta -> nats)"}
 
 
@@ -95,6 +95,9 @@ def main(cfg: Any) -> dict[str, Any]:
     """
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+    import shutil
+
+    from damc.runtime.combiner import COMBINER_FILE
     from damc.scorer.model import ONNX_FILE, ONNX_INT8_FILE, CardScorer
 
     run_dir, out = Path(cfg.run_dir), Path(cfg.out)
@@ -105,6 +108,8 @@ def main(cfg: Any) -> dict[str, Any]:
     tokenizer = AutoTokenizer.from_pretrained(str(run_dir / "model"))
     scorer = CardScorer(model, tokenizer, meta)
     scorer.save_pretrained(out)
+    if (run_dir / COMBINER_FILE).exists():  # the learned combiner travels with the scorer
+        shutil.copy2(run_dir / COMBINER_FILE, out / COMBINER_FILE)
     result: dict[str, Any] = {"out": str(out)}
     if cfg.get("onnx"):
         export_onnx(model, tokenizer, out / ONNX_FILE, int(cfg.get("opset", 17)))

@@ -156,6 +156,7 @@ class CardScorer:
         self.dtype = dtype
         self.path = path
         self.max_length = int(self.metadata.get("max_length", 256))
+        self.combiner = _load_combiner(path)  # the learned combiner exported beside the weights, if any
         self._onnx_inputs = [i.name for i in session.get_inputs()] if session is not None else []
 
     # ------------------------------------------------------------------ loading / saving
@@ -270,6 +271,10 @@ class CardScorer:
             for name in (ONNX_FILE, ONNX_INT8_FILE):
                 if (Path(self.path) / name).exists():
                     shutil.copy2(Path(self.path) / name, path / name)
+        if self.combiner is not None:
+            from damc.runtime.combiner import COMBINER_FILE
+
+            self.combiner.save(path / COMBINER_FILE)
         meta = dict(self.metadata)
         meta.setdefault("format_version", FORMAT_VERSION)
         (path / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True))
@@ -389,6 +394,16 @@ class CardScorer:
         backend = "onnx" if self.session is not None else "torch"
         return (f"CardScorer(path={self.path!r}, backend={backend}, dtype={self.dtype}, "
                 f"max_length={self.max_length}, render_version={self.metadata.get('render_version')!r})")
+
+
+def _load_combiner(path: str | os.PathLike | None) -> Any:
+    """`combiner.json` of a scorer directory as a `damc.runtime.combiner.Combiner`, None when absent."""
+    if not path:
+        return None
+    from damc.runtime.combiner import COMBINER_FILE, Combiner
+
+    f = Path(path) / COMBINER_FILE
+    return Combiner.load(f) if f.exists() else None
 
 
 def card_text(card: Any) -> str:

@@ -302,6 +302,38 @@ def _evaluate_dev(cfg: Any, student: _Student, data: _PreparedData, train_summar
     return metrics
 
 
+def _fit_combiner(cfg: Any, student: _Student, data: _PreparedData, out_dir: Path) -> dict[str, Any] | None:
+    """Fit the learned combiner (`damc.scorer.combiner`) on the training decisions' label rows with the trained
+    student's scores, choose its threshold on the dev decisions, write `combiner.json`; None when the labels lack
+    the runtime signals (labels made before RENDER_VERSION 2) or `combiner.enabled=false`."""
+    from damc.scorer.combiner import fit_combiner, has_features
+
+    if not cfg.combiner.enabled:
+        return None
+    df = data.labels.to_pandas()
+    if not has_features(df.columns):
+        logger.warning("labels lack the runtime signals (feat_*, card_age): no combiner is fitted")
+        return None
+    df = df.drop_duplicates(["decision_id", "card_id"])
+    parts = {}
+    for name, decs in (("train", data.train), ("dev", data.dev)):
+        rows = df[df.decision_id.isin({d.decision_id for d in decs})].reset_index(drop=True)
+        scores = score_rows(student, rows, int(cfg.model.max_length))
+        parts[name] = (rows, scores)
+    comb, tau, report = fit_combiner(*parts["train"], *parts["dev"], min_delta=float(cfg.combiner.min_delta))
+    comb.save(out_dir / "combiner.json")
+    return {"threshold": tau, **report}
+
+
+def score_rows(student: _Student, rows: Any, max_length: int) -> list[float]:
+    """The trained student's score of each label row (`decision_text`, `card_text`)."""
+    from damc.scorer.model import CardScorer
+
+    hf_model, tokenizer = student.model.model, student.model.tokenizer
+    scorer = CardScorer(hf_model, tokenizer, {"max_length": max_length, "normalization": {}, "render_version": ""})
+    return scorer.predict(list(zip(rows["decision_text"], rows["card_text"]))).tolist() if len(rows) else []
+
+
 def _train_metadata(cfg: Any, student: _Student, data: _PreparedData) -> dict[str, Any]:
     """`train_meta.json`: what the saved model needs at inference (normalisation, render version) and provenance."""
     from omegaconf import OmegaConf
@@ -320,7 +352,7 @@ def _train_metadata(cfg: Any, student: _Student, data: _PreparedData) -> dict[st
 
 
 def main(cfg: Any) -> dict[str, Any]:
-    """Train a scorer from labels and write `out_dir/{model,train_meta.json,metrics.json}`.
+    """Train a scorer from labels and write `out_dir/{model,combiner.json,train_meta.json,metrics.json}`.
 
     Args:
         cfg: the composed `configs/train.yaml` (groups `data` ← `labels/`, `model/`, `trainer/`, `logger/`).
@@ -348,8 +380,12 @@ def main(cfg: Any) -> dict[str, Any]:
 
     student.model.save_pretrained(str(out_dir / "model"))
     metrics = _evaluate_dev(cfg, student, data, train_summary)
+    combiner = _fit_combiner(cfg, student, data, out_dir)
+    if combiner is not None:
+        metrics["combiner"] = combiner
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
     meta = _train_metadata(cfg, student, data)
+    meta["threshold"] = combiner["threshold"] if combiner else None
     (out_dir / "train_meta.json").write_text(json.dumps(meta, indent=2, default=str))
     if report_to:
         _log_wandb(flatten(metrics, "fidelity/"), out_dir)

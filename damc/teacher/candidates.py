@@ -41,9 +41,11 @@ class RuntimeCandidates:
         self.memory = DecisionAwareMemory(None, encoder=encoder, tokenizer=tokenizer, session_id=episode.episode_id,
                                           config=MemoryConfig(**cfg))
         self.last_index = -1
+        self.features: dict[str, dict[str, float]] = {}
 
     def at(self, dp: DecisionPoint) -> list[Card]:
-        """The runtime's candidate cards at `dp`, oldest first, ages set (`card.meta["age"]`).
+        """The runtime's candidate cards at `dp`, oldest first, ages set (`card.meta["age"]`); `self.features`
+        then holds each card's runtime signals (`bm25`, `cosine`, `pinned`, the learned combiner's inputs).
 
         Raises:
             ValueError: `dp` belongs to another episode, or comes before a decision already asked for.
@@ -56,9 +58,15 @@ class RuntimeCandidates:
         if dp.index < self.last_index:
             raise ValueError(f"decisions must come in order: {dp.index} after {self.last_index}")
         self.last_index = dp.index
+        from damc.runtime.combiner import FEATURES, candidate_features
+
         ctx = self.memory.build_context(dp.context, list(dp.episode.tools or []) or None, budget_tokens=UNBOUNDED,
                                         valuer=RecencyValuer(), selector=TopK(None))
-        return [s.card for s in ctx.selected]
+        cards = [s.card for s in ctx.selected]
+        x = candidate_features(ctx.decision_query, cards, memory=self.memory)
+        self.features = {c.card_id: {n: float(x[i, j]) for j, n in enumerate(FEATURES) if n in ("bm25", "cosine", "pinned")}
+                         for i, c in enumerate(cards)}
+        return cards
 
     def close(self) -> None:
         self.memory.close()

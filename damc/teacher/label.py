@@ -103,7 +103,8 @@ def _fingerprint(cfg: Any) -> dict[str, Any]:
             "delta_units": "nats per action token"}
 
 
-def _rows(dp: DecisionPoint, cards: list, res: Any, est_name: str, teacher_id: str) -> list[dict[str, Any]]:
+def _rows(dp: DecisionPoint, cards: list, res: Any, est_name: str, teacher_id: str,
+          features: dict[str, dict[str, float]] | None = None) -> list[dict[str, Any]]:
     """Label rows: the student's rendering of each card (`card_text`, age and kind included) beside the line the
     teacher saw (`teacher_text`); `delta` in nats per action token, `logp_*` totals."""
     from damc.query import RENDER_VERSION, render_card, render_decision_query
@@ -121,7 +122,8 @@ def _rows(dp: DecisionPoint, cards: list, res: Any, est_name: str, teacher_id: s
                      "n_action_tokens": int(res.n_action_tokens), "decision_index": int(dp.index),
                      "card_position": int(c.position), "card_kind": c.kind, "is_key": c.card_id in keys,
                      "render_version": RENDER_VERSION, "teacher_text": memory_line(c),
-                     "card_age": (c.meta or {}).get("age")})
+                     "card_age": (c.meta or {}).get("age"),
+                     **{f"feat_{k}": v for k, v in (features or {}).get(c.card_id, {}).items()}})
     return rows
 
 
@@ -176,7 +178,7 @@ def _new_stats() -> dict[str, Any]:
 
 
 def _label_decision(dp: DecisionPoint, cards: list, teacher: Any, estimator: Any, est_name: str,
-                    stats: dict[str, Any]) -> list[dict[str, Any]]:
+                    stats: dict[str, Any], features: dict[str, dict[str, float]] | None = None) -> list[dict[str, Any]]:
     """The label rows of one decision over the runtime's candidates `cards` (none without candidates or when the
     context does not fit); updates `stats` (`key_labelled`: a key card of the decision among the labelled)."""
     from damc.teacher.context import ContextTooLongError
@@ -192,7 +194,7 @@ def _label_decision(dp: DecisionPoint, cards: list, teacher: Any, estimator: Any
         logger.warning("skipped: %s", e)
         stats["skipped_too_long"] += 1
         return []
-    rows = _rows(dp, cards, res, est_name, teacher.model_id)
+    rows = _rows(dp, cards, res, est_name, teacher.model_id, features)
     stats["decisions"] += 1
     stats["cards"] += len(rows)
     stats["key_labelled"] += any(r["is_key"] for r in rows)
@@ -226,7 +228,8 @@ def _label_all(cfg: Any, mine: list[tuple[int, DecisionPoint]], teacher: Any, es
                 runtime.close()
             runtime = RuntimeCandidates(dp.episode, teacher.tokenizer, memory_cfg)
         first = ordinal if first is None else first
-        batch += _label_decision(dp, runtime.at(dp), teacher, estimator, estimator.name, stats)
+        cards = runtime.at(dp)
+        batch += _label_decision(dp, cards, teacher, estimator, estimator.name, stats, runtime.features)
         if (n + 1) % cfg.shard_size == 0 or n == len(mine) - 1:
             if batch:
                 write_shard(shard_dir, f"part-{first:06d}-{ordinal:06d}.parquet", batch)

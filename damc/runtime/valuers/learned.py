@@ -1,7 +1,10 @@
 """Learned valuers: the distilled student (`ScorerValuer`) and the teacher's non-parametric value (`KNNValuer`).
 
-Both squash their raw outputs with a sigmoid into [0, 1]. `CrossEncoderScorer` stands in for an untrained
-scorer (a sentence-transformers `CrossEncoder` initialised from MiniLM) in benchmarks.
+`ScorerValuer` over a scorer exported with its learned combiner (`combiner.json`, `damc.runtime.combiner`) returns
+the combiner's **calibrated predicted delta** (nats per action token; negative = expected to hurt), computed from
+the student's score and the memory's own signals (BM25, cosine, age, kind, pinned). Without a combiner (an older
+export) it squashes the student's score with a sigmoid into [0, 1], as `KNNValuer` does with its value.
+`CrossEncoderScorer` stands in for an untrained scorer (a `CrossEncoder` initialised from MiniLM) in benchmarks.
 """
 
 from __future__ import annotations
@@ -18,17 +21,25 @@ from damc.runtime.valuers.base import Valuer, sigmoid
 logger = logging.getLogger(__name__)
 
 class ScorerValuer(Valuer):
-    """The distilled student scorer (`CardScorer.score(query, cards)`), squashed to [0, 1].
+    """The distilled student scorer (`CardScorer.score(query, cards)`), through its learned combiner when it has one
+    (calibrated predicted delta), else squashed to [0, 1].
 
     Args:
         scorer: a `damc.scorer.CardScorer` (or any object with `.score(query, cards) -> array`).
-        temperature: sigmoid temperature applied to the raw scores.
+        temperature: sigmoid temperature applied to the raw scores (no combiner).
+        combiner: a `damc.runtime.combiner.Combiner` (default: the scorer's own, `scorer.combiner`, if any).
     """
 
     name = "scorer"
 
-    def __init__(self, scorer: Any, temperature: float = 1.0):
+    def __init__(self, scorer: Any, temperature: float = 1.0, combiner: Any = None):
         self.scorer, self.temperature = scorer, temperature
+        self.combiner = combiner if combiner is not None else getattr(scorer, "combiner", None)
+        self.name = "scorer+combiner" if self.combiner is not None else "scorer"
+        self._memory: Any = None
+
+    def bind(self, memory: Any) -> None:
+        self._memory = memory
 
     @classmethod
     def from_pretrained(cls, path: str, dtype: str = "auto", backend: str = "auto", temperature: float = 1.0,
@@ -56,7 +67,12 @@ class ScorerValuer(Valuer):
     def value(self, query: str, cards: Sequence[Card], now: float | None = None) -> np.ndarray:
         if not cards:
             return np.zeros(0, dtype=np.float32)
-        return sigmoid(np.asarray(self.scorer.score(query, list(cards))), self.temperature)
+        scores = np.asarray(self.scorer.score(query, list(cards)))
+        if self.combiner is None:
+            return sigmoid(scores, self.temperature)
+        from damc.runtime.combiner import candidate_features
+
+        return self.combiner.predict(candidate_features(query, cards, memory=self._memory, student=scores))
 
 
 class CrossEncoderScorer:

@@ -1,0 +1,150 @@
+"""Estimators (and teachers) compared on evidence: key-card hit rates, agreement, cost — behind
+`scripts/compare_estimators.py`.
+
+On a seeded sample of decisions whose episode records key cards, each episode is fed to a fresh runtime memory
+(`RuntimeCandidates`, as the labels are made) and every estimator values the runtime's candidate set under the
+teacher. Per estimator: **hit@1 / hit@3** (a key card is the estimator's best / among its 3 best, over the
+decisions whose key card reached the candidate set), forward tokens and seconds per decision; between
+estimators: the mean per-decision Spearman and the share of decisions with the same top card. Also reported:
+how often a key card is labelled at all — by the runtime's candidate set versus the old newest-12 window.
+
+Several runs (e.g. SmolLM2 and Qwen2.5-Coder-1.5B on the same decisions) are compared with `agreement(a, b)`.
+
+Example:
+    >>> res = compare(episodes, HFTeacher("smollm2-135m"), ["loo", "loi"], n_decisions=40)
+    >>> markdown(res)
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from damc.data.episodes import DecisionPoint, Episode, decision_points
+from damc.eval.metrics import hit_at_k, spearman
+from damc.eval.stats import summarize_values
+
+logger = logging.getLogger(__name__)
+
+OLD_WINDOW = 12   # the newest-N window of the first study's labels
+
+
+def sample_decisions(episodes: Sequence[Episode], n: int, seed: int = 0, min_history: int = 1) -> list[DecisionPoint]:
+    """A seeded sample of tool-call decisions with recorded key cards and history, in episode order."""
+    pool = [dp for ep in episodes for dp in decision_points(ep, tool_calls_only=True)
+            if dp.key_card_ids and dp.current_turn_start >= min_history]
+    if len(pool) > n:
+        keep = set(random.Random(seed).sample(range(len(pool)), n))
+        pool = [dp for i, dp in enumerate(pool) if i in keep]
+    return pool
+
+
+def compare(episodes: Sequence[Episode], teacher: Any, estimators: Sequence[str], n_decisions: int = 40,
+            seed: int = 0, memory: dict[str, Any] | None = None, progress: bool = True) -> dict[str, Any]:
+    """Label the same sampled decisions with every estimator; returns per-decision deltas and the summary."""
+    from tqdm import tqdm
+
+    from damc.teacher.candidates import RuntimeCandidates
+    from damc.teacher.context import candidate_cards
+    from damc.teacher.estimators import ESTIMATORS
+
+    ests = {name: ESTIMATORS[name]() for name in estimators}
+    decisions = sample_decisions(episodes, n_decisions, seed)
+    per: list[dict[str, Any]] = []
+    runtime = None
+    for dp in tqdm(decisions, desc="compare estimators", unit="decision", disable=not progress):
+        if runtime is None or runtime.episode.episode_id != dp.episode.episode_id:
+            runtime = RuntimeCandidates(dp.episode, teacher.tokenizer, memory)
+        cards = runtime.at(dp)
+        keys = set(dp.key_card_ids)
+        newest = [c.card_id for c in candidate_cards(dp)][-OLD_WINDOW:]
+        row: dict[str, Any] = {"decision_id": dp.decision_id, "card_ids": [c.card_id for c in cards],
+                               "is_key": [c.card_id in keys for c in cards], "key_in_window": bool(keys & set(newest)),
+                               "deltas": {}, "seconds": {}, "forward_tokens": {}}
+        for name, est in ests.items():
+            if not cards:
+                continue
+            t0 = time.perf_counter()
+            res = est.estimate(teacher, dp, cards)
+            row["seconds"][name] = time.perf_counter() - t0
+            row["deltas"][name] = np.nan_to_num(res.deltas, nan=-1e9).tolist()
+            row["forward_tokens"][name] = res.n_forward_tokens
+        per.append(row)
+    return {"teacher": getattr(teacher, "model_id", "?"), "estimators": list(estimators), "seed": seed,
+            "decisions": per, "summary": summarize(per, list(estimators))}
+
+
+def summarize(per: Sequence[dict[str, Any]], estimators: Sequence[str]) -> dict[str, Any]:
+    """Hit rates, cost and pairwise agreement from `compare`'s per-decision rows."""
+    keyed = [r for r in per if any(r["is_key"])]
+    out: dict[str, Any] = {"decisions": len(per), "key_in_candidates": len(keyed),
+                           "key_in_old_window": sum(r["key_in_window"] for r in per)}
+    for name in estimators:
+        rows = [r for r in keyed if name in r["deltas"]]
+        out[name] = {"hit@1": float(np.mean([hit_at_k(r["deltas"][name], r["is_key"], 1) for r in rows])) if rows
+                     else None,
+                     "hit@3": float(np.mean([hit_at_k(r["deltas"][name], r["is_key"], 3) for r in rows])) if rows
+                     else None,
+                     "seconds_per_decision": float(np.mean([r["seconds"][name] for r in per if name in r["seconds"]]
+                                                           or [np.nan])),
+                     "forward_tokens_per_decision": float(np.mean([r["forward_tokens"][name] for r in per
+                                                                   if name in r["forward_tokens"]] or [np.nan]))}
+    pairs = {}
+    for i, a in enumerate(estimators):
+        for b in estimators[i + 1:]:
+            pairs[f"{a}~{b}"] = pair_agreement([r["deltas"].get(a) for r in per], [r["deltas"].get(b) for r in per])
+    out["agreement"] = pairs
+    return out
+
+
+def pair_agreement(a: Sequence[Sequence[float] | None], b: Sequence[Sequence[float] | None]) -> dict[str, Any]:
+    """Mean per-decision Spearman of two value lists over the same cards, and the share with the same top card."""
+    rho, top = [], []
+    for x, y in zip(a, b):
+        if x is None or y is None or len(x) < 2:
+            continue
+        rho.append(spearman(x, y))
+        top.append(float(int(np.argmax(x)) == int(np.argmax(y))))
+    return {"spearman": summarize_values(rho), "same_top": float(np.mean(top)) if top else None, "n": len(top)}
+
+
+def agreement(a: dict[str, Any], b: dict[str, Any], estimator_b: str) -> dict[str, Any]:
+    """Each estimator of run `a` against estimator `estimator_b` of run `b` (e.g. another teacher), on the decisions
+    and cards both valued."""
+    rows_b = {r["decision_id"]: r for r in b["decisions"]}
+    out = {}
+    for name in a["estimators"]:
+        xs, ys = [], []
+        for r in a["decisions"]:
+            rb = rows_b.get(r["decision_id"])
+            if rb is None or rb["card_ids"] != r["card_ids"] or name not in r["deltas"] or estimator_b not in rb["deltas"]:
+                continue
+            xs.append(r["deltas"][name])
+            ys.append(rb["deltas"][estimator_b])
+        out[name] = pair_agreement(xs, ys)
+    return out
+
+
+def markdown(res: dict[str, Any]) -> str:
+    """The comparison as Markdown tables (per estimator; pairwise agreement)."""
+    s = res["summary"]
+    lines = [f"teacher `{res['teacher']}`, {s['decisions']} decisions with key cards; a key card in the runtime's "
+             f"candidate set: {s['key_in_candidates']} ({s['key_in_candidates'] / max(s['decisions'], 1):.0%}); in the "
+             f"old newest-{OLD_WINDOW} window: {s['key_in_old_window']} ({s['key_in_old_window'] / max(s['decisions'], 1):.0%})",
+             "", "| estimator | hit@1 | hit@3 | forward tokens / decision | seconds / decision |", "|---|---:|---:|---:|---:|"]
+    for name in res["estimators"]:
+        e = s[name]
+        f = (lambda x, d=2: "–" if x is None or x != x else f"{x:.{d}f}")
+        lines.append(f"| {name} | {f(e['hit@1'])} | {f(e['hit@3'])} | {f(e['forward_tokens_per_decision'], 0)} | "
+                     f"{f(e['seconds_per_decision'], 1)} |")
+    if s["agreement"]:
+        lines += ["", "| pair | Spearman (mean [95 % CI]) | same top card |", "|---|---|---:|"]
+        for k, v in s["agreement"].items():
+            sp = v["spearman"]
+            ci = f"{sp['mean']:.2f} [{sp['mean_ci'][0]:.2f}, {sp['mean_ci'][1]:.2f}]" if sp["mean"] is not None else "–"
+            lines.append(f"| {k} | {ci} | {v['same_top']:.2f} |" if v["same_top"] is not None else f"| {k} | {ci} | – |")
+    return "\n".join(lines) + "\n"

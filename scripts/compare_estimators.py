@@ -1,0 +1,56 @@
+"""Compare teacher estimators (and teachers) on the same decisions: key-card hit@1/@3, agreement, cost.
+
+    python scripts/compare_estimators.py EPISODES.jsonl [--estimators loo loi loo_loi grouped_loo ablation]
+        [--teacher smollm2-135m] [--decisions 40] [--seed 0] [--json OUT.json] [--against OTHER.json:loi]
+
+Each decision's candidates are the runtime's (the labels' candidate set); prints the Markdown tables of
+docs/teacher.md. `--against RUN.json:EST` adds each estimator's agreement (Spearman, same top card) with
+estimator EST of another run (e.g. the 1.5B reference teacher on the same decisions). The work is in
+`damc.teacher.compare`.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def cli() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("episodes", help="episode JSONL (a dev split: never tune on test)")
+    p.add_argument("--estimators", nargs="+", default=["loo", "loi", "loo_loi", "grouped_loo", "ablation"])
+    p.add_argument("--teacher", default="smollm2-135m", help="teacher model (registry name, HF id or path)")
+    p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16")
+    p.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass")
+    p.add_argument("--decisions", type=int, default=40, help="seeded sample of decisions with key cards")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None, help="write per-decision deltas and the summary here")
+    p.add_argument("--against", default=None, help="RUN.json:ESTIMATOR of another run to agree with")
+    a = p.parse_args()
+    from damc.cli import quiet_third_party, verbose_requested
+    from damc.data.episodes import atomic_write_text, load_episodes
+    from damc.teacher.backends import HFTeacher
+    from damc.teacher.compare import agreement, compare, markdown
+
+    quiet_third_party(verbose_requested())
+    try:
+        episodes = load_episodes(a.episodes)
+    except (FileNotFoundError, ValueError) as e:
+        sys.exit(f"compare_estimators: error: {e}")
+    res = compare(episodes, HFTeacher(a.teacher, dtype=a.dtype, batch_size=a.batch_size), a.estimators,
+                  a.decisions, a.seed)
+    print(markdown(res))
+    if a.against:
+        path, _, est = a.against.rpartition(":")
+        other = json.loads(Path(path).read_text())
+        res["agreement_with"] = {"run": path, "estimator": est, "by_estimator": agreement(res, other, est)}
+        print(f"agreement with `{other['teacher']}` ({est}):")
+        for name, v in res["agreement_with"]["by_estimator"].items():
+            m = v["spearman"]["mean"]
+            print(f"  {name}: Spearman {m if m is None else round(m, 2)}, same top card {v['same_top']}, n={v['n']}")
+    if a.json:
+        atomic_write_text(Path(a.json), json.dumps(res, indent=2))
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,84 @@
+"""The learned combiner: fitted with scikit-learn, stored as plain numbers, applied with numpy, calibrated to the
+labels' delta units, and used by the runtime's `scorer=` path."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from damc.cards import Card
+from damc.runtime.combiner import FEATURES, Combiner, base_features, candidate_features
+from damc.scorer.combiner import choose_threshold, feature_matrix, fit, fit_combiner
+
+
+def _rows(n_dec=30, n_cards=12, seed=0):
+    """Label-like rows whose delta depends on the student score and on recency, with noise."""
+    rng = np.random.default_rng(seed)
+    rows, student = [], []
+    for d in range(n_dec):
+        for c in range(n_cards):
+            s = rng.normal()
+            age = int(rng.integers(0, 40))
+            kind = ["tool_result", "tool_error", "user", "assistant"][c % 4]
+            delta = 0.3 * max(s, 0) + 0.2 * (age < 5) - 0.05 * (kind == "assistant") + rng.normal(0, 0.02)
+            rows.append({"decision_id": f"d{d}", "card_id": f"c{c}", "delta": delta, "card_age": age, "card_kind": kind,
+                         "feat_bm25": rng.random(), "feat_cosine": rng.random(), "feat_pinned": float(kind == "tool_error")})
+            student.append(s)
+    return pd.DataFrame(rows), np.array(student)
+
+
+def test_the_fitted_combiner_predicts_deltas_in_label_units_and_round_trips(tmp_path):
+    train, st = _rows(seed=0)
+    dev, st_dev = _rows(seed=1)
+    comb, tau, report = fit_combiner(train, st, dev, st_dev, min_delta=0.1)
+    pred = comb.predict(feature_matrix(dev, st_dev))
+    truth = dev["delta"].to_numpy()
+    # calibrated: predicted deltas are in the labels' units (bin means match), the sign is kept
+    order = np.argsort(pred)
+    for part in np.array_split(order, 4):
+        assert abs(pred[part].mean() - truth[part].mean()) < 0.05
+    assert report["dev"]["spearman_combiner"] > report["dev"]["spearman_student"] > 0
+    assert report["threshold"]["chosen_on"] == "dev" and tau is not None
+    assert (truth[pred >= tau] >= 0.1).mean() > 0.7          # what clears τ mostly matters to the teacher
+    comb.save(tmp_path / "combiner.json")
+    again = Combiner.load(tmp_path / "combiner.json")
+    np.testing.assert_array_equal(again.predict(feature_matrix(dev, st_dev)), pred)
+    assert "pickle" not in (tmp_path / "combiner.json").read_text() and again.units == "nats per action token"
+
+
+def test_choose_threshold_maximises_f1():
+    pred = np.array([0.9, 0.8, 0.7, 0.2, 0.1])
+    delta = np.array([0.5, 0.4, 0.0, 0.3, 0.0])
+    tau, f1 = choose_threshold(pred, delta, 0.3)
+    assert tau == pytest.approx(0.2) and f1 == pytest.approx(6 / 7)   # keep 4: all 3 positives, 1 false one
+    assert choose_threshold(pred, np.zeros(5), 0.3) == (None, 0.0)
+
+
+def test_bad_combiner_files_are_refused_with_the_reason(tmp_path):
+    comb = fit(np.random.default_rng(0).normal(size=(40, len(FEATURES))), np.random.default_rng(1).normal(size=40))
+    good = json.loads(json.dumps(comb.__dict__))
+    f = tmp_path / "c.json"
+    f.write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        Combiner.load(f)
+    f.write_text(json.dumps({k: v for k, v in good.items() if k != "coef"}))
+    with pytest.raises(ValueError, match="missing coef"):
+        Combiner.load(f)
+    f.write_text(json.dumps({**good, "features": good["features"][:-1]}))
+    with pytest.raises(ValueError, match="refit the combiner"):
+        Combiner.load(f)
+
+
+def test_runtime_features_are_what_the_labels_store():
+    cards = [Card("e:1", "e", 1, "user", "user", "my order is 88412", meta={"age": 9}),
+             Card("e:2:0", "e", 2, "tool", "tool_error", "get_order(order_id=88412) -> error", tool_name="get_order",
+                  arguments={"order_id": "88412"}, status="error", error={"code": 500, "message": "x"},
+                  meta={"age": 0}),
+             Card("e:4", "e", 4, "assistant", "assistant", "the weather is sunny", meta={"age": 3})]
+    f = base_features("order 88412?", cards, cosine=[0.1, 0.2, 0.3])
+    assert f["bm25"].max() == pytest.approx(1.0) and f["bm25"][2] == 0.0
+    assert f["log_age"].tolist() == pytest.approx(np.log1p([9, 0, 3]).tolist())
+    assert f["pinned"].tolist() == [0.0, 1.0, 0.0] and f["kind_tool_error"].tolist() == [0.0, 1.0, 0.0]
+    x = candidate_features("order 88412?", cards, student=[1.0, 2.0, 3.0])
+    assert x.shape == (3, len(FEATURES)) and x[:, FEATURES.index("student")].tolist() == [1.0, 2.0, 3.0]
