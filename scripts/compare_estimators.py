@@ -2,6 +2,7 @@
 
     python scripts/compare_estimators.py EPISODES.jsonl [--estimators loo loi loo_loi grouped_loo ablation]
         [--teacher smollm2-135m] [--decisions 40] [--seed 0] [--json OUT.json] [--against OTHER.json:loi]
+    python scripts/compare_estimators.py --labels LABELS     # hit@1 / hit@3 of an existing label set
 
 Each decision's candidates are the runtime's (the labels' candidate set); prints the Markdown tables of
 docs/teacher.md. `--against RUN.json:EST` adds each estimator's agreement (Spearman, same top card) with
@@ -17,7 +18,8 @@ from pathlib import Path
 
 def cli() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("episodes", help="episode JSONL (a dev split: never tune on test)")
+    p.add_argument("episodes", nargs="?", help="episode JSONL (a dev split: never tune on test)")
+    p.add_argument("--labels", default=None, help="report the key-card hit rates of this label set instead")
     p.add_argument("--estimators", nargs="+", default=["loo", "loi", "loo_loi", "grouped_loo", "ablation"])
     p.add_argument("--teacher", default="smollm2-135m", help="teacher model (registry name, HF id or path)")
     p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16")
@@ -30,9 +32,14 @@ def cli() -> None:
     from damc.cli import quiet_third_party, verbose_requested
     from damc.data.episodes import atomic_write_text, load_episodes
     from damc.teacher.backends import HFTeacher
-    from damc.teacher.compare import agreement, compare, markdown
+    from damc.teacher.compare import agreement, compare, label_hit_rates, markdown
 
     quiet_third_party(verbose_requested())
+    if a.labels:
+        print(json.dumps(label_hit_rates(a.labels), indent=2))
+        return
+    if not a.episodes:
+        p.error("give an episode file (or --labels LABELS)")
     try:
         episodes = load_episodes(a.episodes)
     except (FileNotFoundError, ValueError) as e:

@@ -41,7 +41,7 @@ def small_episode(n_msgs: int = 13):
     return Episode(ep.episode_id, msgs, ep.domain, tools, {}, {"key_card_ids": keys})
 
 
-LABEL_SAMPLE = SAMPLES / "scorer_labels_sample.jsonl"  # real SmolLM2-135M leave-one-out labels
+LABEL_SAMPLE = SAMPLES / "scorer_labels_sample.jsonl"  # real SmolLM2-135M leave-one-in labels of runtime candidates
 
 
 def label_sample_rows() -> list[dict]:

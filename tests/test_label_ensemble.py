@@ -22,7 +22,7 @@ def _other_teacher(tmp_path, drop_every=0):
         if drop_every and i % drop_every == 0:
             continue
         lw = r["logp_without"] - 0.5 * (i % 3)
-        rows.append({**r, "teacher": "other-lm", "logp_without": lw, "delta": r["logp_full"] - lw})
+        rows.append({**r, "teacher": "other-lm", "logp_without": lw, "delta": (r["logp_full"] - lw) / r["n_action_tokens"]})
     return _write(tmp_path / "other.jsonl", rows), rows
 
 
@@ -37,7 +37,8 @@ def test_ensemble_delta_is_the_weighted_mean_on_common_cards_and_trains(tmp_path
     for r in orows:
         k = (r["decision_id"], r["card_id"])
         assert merged[k]["delta"] == pytest.approx(0.25 * base[k]["delta"] + 0.75 * r["delta"])
-        assert merged[k]["delta"] == pytest.approx(merged[k]["logp_full"] - merged[k]["logp_without"])
+        assert merged[k]["delta"] == pytest.approx((merged[k]["logp_full"] - merged[k]["logp_without"])
+                                                   / merged[k]["n_action_tokens"])
         assert merged[k]["card_text"] == base[k]["card_text"]
     assert {r["teacher"] for r in merged.values()} == {s["teacher"]} and "other-lm" in s["teacher"]
     assert len(group_decisions(load_labels(out))) == s["decisions"]   # the trainer reads it as labels

@@ -177,9 +177,19 @@ def test_runtime_valuer_loads_scorer_in_native_precision(scorer_dir):
     expected = torch.bfloat16 if pick_dtype("auto", "cpu") == torch.bfloat16 else torch.float32
     assert next(auto.scorer.model.parameters()).dtype == expected
     assert next(fp32.scorer.model.parameters()).dtype == torch.float32
-    cards = ["[user] my order 88412 never arrived", "[assistant] hello!", "[tool_error] get_order failed: 500"]
+    from damc.cards import Card
+
+    cards = [Card("e:1", "e", 1, "user", "user", "my order 88412 never arrived", meta={"age": 4}),
+             Card("e:2", "e", 2, "assistant", "assistant", "hello!", meta={"age": 3}),
+             Card("e:3:0", "e", 3, "tool", "tool_error", "get_order(order_id=88412) -> 500", tool_name="get_order",
+                  arguments={"order_id": "88412"}, status="error", error={"code": 500}, meta={"age": 1})]
     a, b = auto.value("user: refund order 88412", cards), fp32.value("user: refund order 88412", cards)
-    assert a.shape == (3,) and np.all((a > 0) & (a < 1)) and np.allclose(a, b, atol=0.05)
+    # the exported combiner turns student scores and the runtime's signals into predicted deltas (nats/token)
+    assert auto.combiner is not None and auto.name == "scorer+combiner"
+    assert a.shape == (3,) and np.all(np.isfinite(a)) and np.allclose(a, b, atol=0.05)
+    plain = ScorerValuer(fp32.scorer, combiner=None)
+    plain.combiner = None
+    assert np.all((plain.value("user: refund order 88412", cards) > 0) & (plain.value("q", cards) < 1))
 
 
 def test_token_budget_batching_cuts_batches_and_keeps_scores(scorer_dir):

@@ -150,6 +150,11 @@ class HFTeacher(Teacher):
         self.max_context_tokens = int(max_context_tokens or window or 2048)
         self._seg_cache: dict[str, list[int]] = {}
         self._warned_window = False
+        # the KV cache of the last reference row, kept across calls: the next call runs only what follows the
+        # prefix both share (the system prompt and policy of an episode, the head of a teacher's contexts)
+        self._last: tuple[list[int], Any] | None = None
+        self.min_shared_prefix = 64   # tokens; a shorter shared prefix is not worth the cache copy
+        self._base_tokens_run = 0
         logger.info("HF teacher %s on %s (%s), window %d", self.model_id, self.device, self.dtype,
                     self.max_context_tokens)
 
@@ -212,7 +217,7 @@ class HFTeacher(Teacher):
                 base_ids, base_act = rows[0]
                 # (1, seq) full pass of the reference row, keeping its KV cache
                 out[0], cache = self._run_base(base_ids, base_act)
-                stats.n_forward_tokens += len(base_ids)
+                stats.n_forward_tokens += self._base_tokens_run
                 todo = todo[1:]
                 if _cache_covers(cache, len(base_ids)):
                     # reusable prefix of each row: shared with row 0, ending before its last context token
@@ -235,15 +240,34 @@ class HFTeacher(Teacher):
         return out, stats  # type: ignore[return-value]
 
     def _run_base(self, ids: list[int], n_act: int) -> tuple[np.ndarray, Any]:
+        """The reference row in full with a KV cache — on top of the previous call's cache for the prefix they
+        share (exact: the same positions and keys), so a shared system prompt runs once per episode."""
         import torch
 
-        x = torch.tensor([ids], device=self.device)  # (1, seq)
-        o = self.model.get_decoder()(input_ids=x, use_cache=True)
-        h = o.last_hidden_state[0, len(ids) - n_act - 1: len(ids) - 1]  # (n_act, dim)
+        p, past = self._shared_prefix(ids, n_act)
+        self._base_tokens_run = len(ids) - p
+        x = torch.tensor([ids[p:]], device=self.device)  # (1, seq - p)
+        o = self.model.get_decoder()(input_ids=x, use_cache=True, **self._cache_kw(past))
+        h = o.last_hidden_state[0, len(ids) - p - n_act - 1: len(ids) - p - 1]  # (n_act, dim)
         cache = getattr(o, "cache", None)  # recent transformers; older ones call it past_key_values
         if cache is None:
             cache = getattr(o, "past_key_values", None)
+        if _cache_covers(cache, len(ids)):
+            self._last = (list(ids), cache)
         return self._action_logprobs(h, ids[len(ids) - n_act:]), cache
+
+    def _shared_prefix(self, ids: list[int], n_act: int) -> tuple[int, Any]:
+        """(p, a fresh cache of the first p positions) from the last reference row; (0, None) when too short."""
+        if self._last is None:
+            return 0, None
+        from transformers import DynamicCache
+
+        last_ids, last_cache = self._last
+        p = min(_common_prefix(ids, last_ids), len(ids) - n_act - 1)
+        if p < self.min_shared_prefix:
+            return 0, None
+        # slices of the stored tensors; the new forward concatenates new ones, the stored cache is never changed
+        return p, DynamicCache([(layer.keys[:, :, :p], layer.values[:, :, :p]) for layer in last_cache.layers])
 
     def _run(self, cache: Any, p: int, rows: Sequence[tuple[list[int], int]]) -> tuple[list[np.ndarray], int]:
         """Run `rows[j][0][p:]` on top of the first `p` cached positions (p=0: no cache)."""

@@ -33,10 +33,13 @@ logger = logging.getLogger(__name__)
 OLD_WINDOW = 12   # the newest-N window of the first study's labels
 
 
-def sample_decisions(episodes: Sequence[Episode], n: int, seed: int = 0, min_history: int = 1) -> list[DecisionPoint]:
-    """A seeded sample of tool-call decisions with recorded key cards and history, in episode order."""
+def sample_decisions(episodes: Sequence[Episode], n: int, seed: int = 0) -> list[DecisionPoint]:
+    """A seeded sample of tool-call decisions whose key card lies before the current user turn (where memory
+    matters: a key card inside the current turn is never a candidate), in episode order."""
+    from damc.teacher.context import candidate_cards
+
     pool = [dp for ep in episodes for dp in decision_points(ep, tool_calls_only=True)
-            if dp.key_card_ids and dp.current_turn_start >= min_history]
+            if dp.key_card_ids and set(dp.key_card_ids) & {c.card_id for c in candidate_cards(dp)}]
     if len(pool) > n:
         keep = set(random.Random(seed).sample(range(len(pool)), n))
         pool = [dp for i, dp in enumerate(pool) if i in keep]
@@ -127,6 +130,18 @@ def agreement(a: dict[str, Any], b: dict[str, Any], estimator_b: str) -> dict[st
             ys.append(rb["deltas"][estimator_b])
         out[name] = pair_agreement(xs, ys)
     return out
+
+
+def label_hit_rates(labels: Any) -> dict[str, Any]:
+    """hit@1 / hit@3 of a label set's deltas (its `is_key` column) over the decisions with a labelled key card."""
+    from damc.labels import load_labels
+
+    df = load_labels(labels).to_pandas() if not hasattr(labels, "groupby") else labels
+    rows = [(g["delta"].to_numpy(), g["is_key"].to_numpy()) for _, g in df.groupby("decision_id") if g["is_key"].any()]
+    return {"decisions": int(df["decision_id"].nunique()), "with_key": len(rows),
+            "hit@1": float(np.mean([hit_at_k(d, k, 1) for d, k in rows])) if rows else None,
+            "hit@3": float(np.mean([hit_at_k(d, k, 3) for d, k in rows])) if rows else None,
+            "estimator": sorted(set(df["estimator"])), "teacher": sorted(set(df["teacher"]))}
 
 
 def markdown(res: dict[str, Any]) -> str:
