@@ -1,32 +1,17 @@
-"""`make reproduce`: the full-size study (synthetic and BFCL long_context, test splits) behind docs/evaluation.md.
+"""`make reproduce`: the study behind the README's results (damc/configs/study.yaml): one student trained on the
+synthetic and τ²-bench retail labels, every dataset's test split evaluated through the runtime.
 
-    python scripts/reproduce.py                          # both profiles
-    python scripts/reproduce.py study_bfcl               # one profile (configs/experiment/study_*.yaml)
-    python scripts/reproduce.py study_synthetic evaluate.budgets=[1024]   # extra overrides of configs/demo.yaml
+    python scripts/reproduce.py                                             # the full study
+    python scripts/reproduce.py +experiment=study_tau2_small out_dir=DIR    # the reduced τ²-bench profile
+    python scripts/reproduce.py use=[tau2_retail,tau2_airline] evaluate.budgets=[1024]
 
-Sized for a 2-core CPU (about 2.3 h for both profiles: synthetic labels 41 min, training 8, evaluation 68;
-BFCL 7 + 2.5 + 11 min); on a GPU box raise `per_episode`
-and `max_decisions` in the profiles. Finished stages are skipped, labelling and evaluation resume per decision.
-Each profile writes `<out_dir>/report.md` (the README's table and the study's targets, checked).
-The work is done by `damc.eval.pipelines.reproduce(...)`.
+Finished stages are skipped while their settings are unchanged; labelling and evaluation resume per decision.
+Writes `<out_dir>/report.md` (tables, Pareto fronts, operating points, targets, stage times).
+The work is done by `damc.eval.study.run_study(cfg)`.
 """
 
-import logging
-import sys
-
-
-def run() -> None:
-    from damc.cli import quiet_third_party, verbose_requested
-    from damc.eval.pipelines import reproduce
-
-    verbose = verbose_requested()
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
-                        format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
-    quiet_third_party(verbose)
-    args = [a for a in sys.argv[1:] if a not in ("-v", "--verbose")]
-    profiles = [a for a in args if a.startswith("study_")] or ["study_synthetic", "study_bfcl"]
-    reproduce(profiles, [a for a in args if not a.startswith("study_")])
-
+from damc.cli import run
+from damc.eval.study import run_study
 
 if __name__ == "__main__":
-    run()
+    run("study", run_study)

@@ -1,7 +1,9 @@
-"""`make demo` end to end on a shrunken profile: data → labels → train → export (ONNX + int8) → evaluate.
+"""`make demo` and `make reproduce` end to end on shrunken profiles, every stage for real.
 
-The same runner (`damc.eval.pipelines.run_pipeline`) drives `make demo` and `make reproduce`; here every stage runs
-for real on a few synthetic episodes, then a second call must skip every finished stage.
+`make demo` (`damc.eval.pipelines`): data → labels → train → export (ONNX + int8) → evaluate on a few synthetic
+episodes; a second call skips every finished stage (same fingerprints), a changed setting reruns from its stage.
+`make reproduce` (`damc.eval.study`): the reduced τ²-bench profile (`study_tau2_small`): tau2 retail replayed,
+labelled, one student, dev sweep → operating points → test, report.md — then a rerun does nothing.
 """
 
 import json
@@ -15,35 +17,46 @@ def test_demo_pipeline_runs_every_stage_and_resumes(tmp_path, capsys):
     from damc.eval.pipelines import compose_stage, main
 
     out = tmp_path / "demo"
-    cfg = compose_stage("demo", [
+    overrides = [
         f"out_dir={out}", "data.n_episodes=10", "label.n_episodes=3", "label.calls_per_episode=4",
-        "label.overrides=['max_cards=6','max_card_tokens=96','data.tool_calls_only=true']",
+        "label.overrides=['data.tool_calls_only=true']",
         "train.overrides=['trainer=tiny','logger=none','model.max_length=96','data.max_cards=6','data.dev_fraction=0.5']",
-        "evaluate.policies=[window,bm25,damc_student,oracle]", "evaluate.budgets=[256]",
-        "evaluate.overrides=['max_decisions=2','data.tool_calls_only=true','n_boot=50']"])
-    res = main(cfg)
+        "evaluate.policies=[window,bm25,damc,oracle]", "evaluate.budgets=[256]",
+        "evaluate.overrides=['max_decisions=2','data.tool_calls_only=true','n_boot=50']"]
+    res = main(compose_stage("demo", overrides))
     assert set(res["timings_s"]) == {"data", "label", "train", "export", "evaluate"}
     assert (out / "scorer" / "model_int8.onnx").exists()          # the demo exports the runtime's int8 path
     results = json.loads((out / "eval" / "results.json").read_text())
-    assert set(results["policies"]) == {"window@256", "bm25@256", "damc_student@256", "oracle@256"}
+    assert set(results["policies"]) == {"window@256", "bm25@256", "damc@256", "oracle@256"}
     assert all(p["n_decisions"] == 2 for p in results["policies"].values())
     assert (out / "eval" / "pareto.png").stat().st_size > 0
     printed = capsys.readouterr().out
-    assert "| damc_student | 256 |" in printed and str(out / "eval" / "pareto.png") in printed
+    assert "| damc | 256 |" in printed and str(out / "eval" / "pareto.png") in printed
+    assert "[1/5] data" in printed and "[5/5] evaluate" in printed   # one line per stage, with its time
 
-    again = main(cfg)                                              # finished stages are skipped
-    assert again["timings_s"] == {"evaluate": again["timings_s"]["evaluate"]}
-    assert "[label] already done" in capsys.readouterr().out
+    again = main(compose_stage("demo", overrides))                 # finished stages are skipped
+    assert again["timings_s"] == {}
+    assert "done earlier (same settings" in capsys.readouterr().out
+    changed = main(compose_stage("demo", overrides + ["evaluate.budgets=[128]"]))
+    assert set(changed["timings_s"]) == {"evaluate"}               # only the changed stage reruns
+    assert set(json.loads((out / "eval" / "results.json").read_text())["policies"]) == {
+        "window@128", "bm25@128", "damc@128", "oracle@128"}
 
-    # `make reproduce` = the same runner per study profile, plus the README's report: the profile's stages
-    # are already done here (same out_dir), so only the evaluation resumes and the report is written.
-    from damc.eval.pipelines import reproduce
 
-    rep = reproduce(["study_synthetic"], [
-        f"out_dir={out}", "evaluate.policies=[window,bm25,damc_student,oracle]", "evaluate.budgets=[256]",
-        "evaluate.overrides=['max_decisions=2','data.tool_calls_only=true','n_boot=50']"])
-    assert rep["study_synthetic"]["results"]["policies"].keys() == results["policies"].keys()
-    report = (out / "report.md").read_text()
-    assert report.startswith("### study_synthetic") and "| **damc_student** |" in report
-    assert "| 256 |" in report and "≥ +15 pts vs window" in report
-    assert f"report: {out / 'report.md'}" in capsys.readouterr().out
+def test_the_small_tau2_study_runs_end_to_end_and_resumes(tmp_path, capsys):
+    pytest.importorskip("tau2")
+    from damc.eval.pipelines import compose_stage
+    from damc.eval.study import run_study
+
+    cfg = compose_stage("study", ["+experiment=study_tau2_small", f"out_dir={tmp_path}"])
+    out = run_study(cfg)
+    assert set(out["timings_s"]) == {"data.tau2_retail", "label.tau2_retail", "train", "export",
+                                     "evaluate.tau2_retail.dev", "evaluate.tau2_retail.test"}
+    res = out["evaluations"]["tau2_retail"]["results"]
+    assert {"window@512", "bm25@512", "bm25@512/k2", "damc@512", "damc@512/k2", "oracle@512"} <= set(res["policies"])
+    ops = json.loads((tmp_path / "eval" / "tau2_retail" / "test" / "operating_points.json").read_text())
+    assert ops["chosen_on"] == "tau2_retail" and set(ops["points"]) == {"window", "bm25", "damc", "oracle"}
+    report = (tmp_path / "report.md").read_text()
+    assert report.startswith("### tau2_retail") and "Operating points (chosen on the dev split)" in report
+    assert "Pareto front" in report and "Stage times" in report and "| **damc** |" in report
+    assert run_study(cfg)["timings_s"] == {}                        # a rerun: every stage done with these settings

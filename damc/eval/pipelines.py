@@ -1,10 +1,11 @@
-"""`make demo` and `make reproduce`: the whole DAMC pipeline, stage by stage, on a profile.
+"""`make demo`: the whole DAMC pipeline on one dataset, stage by stage (`make reproduce`, the multi-dataset study,
+reuses these stages: `damc.eval.study`).
 
     data → labels (the teacher) → train (the student) → export → evaluate (dev sweep → operating points → test)
 
 Each stage calls the real entry point of its module (`main(cfg)`) with that module's own Hydra config composed
 (from the configs shipped in the package) and shrunk by the overrides of the profile (`configs/demo.yaml`, or a
-study profile `configs/experiment/study_*.yaml` applied to it), so the demo exercises exactly what users run.
+study's profiles), so the demo exercises exactly what users run.
 
 A finished stage leaves a marker (`<out_dir>/stages/<stage>.json`) holding the **fingerprint** of its composed
 config and of the stages before it; a rerun skips a stage only when its fingerprint still matches, so a changed
@@ -19,7 +20,6 @@ Output: one line per stage with its time, the progress bars of the long stages, 
 
 Example:
     $ python scripts/demo.py                       # a few minutes on 2 CPU cores
-    $ python scripts/reproduce.py study_synthetic  # a full-size study profile
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def label_subset(train: Path, out: Path, n_episodes: int | None, calls_per_episo
     return write_episodes(out, cut_eps)
 
 
-def _stage_main(stage: str) -> tuple[str, Callable[[Any], dict[str, Any]]]:
+def stage_main(stage: str) -> tuple[str, Callable[[Any], dict[str, Any]]]:
     """(config name, main function) of a stage; imported lazily so a missing module is a clear error."""
     if stage == "data":
         from damc.data.make import main
@@ -128,24 +128,24 @@ def fingerprint(name: str, stage_cfg: Any, before: str) -> str:
     return hashlib.sha256(f"{before}|{name}|{text}".encode()).hexdigest()[:16]
 
 
-def _marker(paths: dict[str, Path], stage: str) -> Path:
-    return paths["stages"] / f"{stage}.json"
+def marker(stages_dir: Path, stage: str) -> Path:
+    return stages_dir / f"{stage}.json"
 
 
-def _is_done(paths: dict[str, Path], stage: str, fp: str) -> bool:
-    m = _marker(paths, stage)
+def is_done(stages_dir: Path, stage: str, fp: str) -> bool:
+    """A marker of `stage` with this fingerprint exists (the stage ran to the end with the same settings)."""
     try:
-        return json.loads(m.read_text()).get("fingerprint") == fp
+        return json.loads(marker(stages_dir, stage).read_text()).get("fingerprint") == fp
     except (OSError, json.JSONDecodeError):
         return False
 
 
-def _mark_done(paths: dict[str, Path], stage: str, fp: str, seconds: float) -> None:
+def mark_done(stages_dir: Path, stage: str, fp: str, seconds: float) -> None:
     from damc.data.episodes import atomic_write_text
 
-    paths["stages"].mkdir(parents=True, exist_ok=True)
-    atomic_write_text(_marker(paths, stage), json.dumps({"fingerprint": fp, "seconds": round(seconds, 1),
-                                                         "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}))
+    stages_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(marker(stages_dir, stage), json.dumps({"fingerprint": fp, "seconds": round(seconds, 1),
+                                                              "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}))
 
 
 def _say(i: int, stage: str, text: str) -> None:
@@ -175,7 +175,7 @@ def run_pipeline(cfg: Any) -> dict[str, Any]:
     results: dict[str, Any] = {}
     before = ""
     for i, stage in enumerate(STAGES, 1):
-        name, fn = _stage_main(stage)
+        name, fn = stage_main(stage)
         stage_cfg = compose_stage(name, stage_overrides(cfg, stage, paths))
         fp = fingerprint(stage, stage_cfg, before + json.dumps([cfg[stage].get(k) for k in ("n_episodes",
                                                                  "calls_per_episode", "dev_sweep")], default=str))
@@ -183,8 +183,8 @@ def run_pipeline(cfg: Any) -> dict[str, Any]:
         if stage in (cfg.get("skip") or []):
             _say(i, stage, f"skipped (skip={list(cfg.skip)})")
             continue
-        if _is_done(paths, stage, fp):
-            _say(i, stage, f"done earlier (same settings; {_marker(paths, stage)})")
+        if is_done(paths["stages"], stage, fp):
+            _say(i, stage, f"done earlier (same settings; {marker(paths['stages'], stage)})")
             continue
         if stage == "label":
             label_subset(paths["data"] / "train.jsonl", paths["label_input"], cfg.label.get("n_episodes"),
@@ -192,7 +192,7 @@ def run_pipeline(cfg: Any) -> dict[str, Any]:
         t0 = time.perf_counter()
         res = _evaluate(cfg, paths, fn) if stage == "evaluate" else fn(stage_cfg)
         timings[stage] = round(time.perf_counter() - t0, 1)
-        _mark_done(paths, stage, fp, timings[stage])
+        mark_done(paths["stages"], stage, fp, timings[stage])
         _say(i, stage, f"{timings[stage]:7.1f} s  → {_stage_output(stage, paths)}")
         if stage == "evaluate":
             results = res
@@ -220,28 +220,6 @@ def main(cfg: Any) -> dict[str, Any]:
         print("\n" + results_table(out["results"]))
     print(f"total {time.perf_counter() - t0:.0f} s; stage times (s): {out['timings_s']}")
     print(f"results: {eval_dir / 'results.json'}\ntable:   {eval_dir / 'results.md'}\nplot:    {eval_dir / 'pareto.png'}")
-    return out
-
-
-def reproduce(profiles: list[str], overrides: list[str] | None = None) -> dict[str, Any]:
-    """`make reproduce`: the pipeline once per study profile (`configs/experiment/<profile>.yaml`).
-
-    Returns `{profile: {"results", "operating", "timings_s", "paths"}}`, prints each report and writes
-    `<out_dir>/report.md`: the README's table, the Pareto front, the operating points and the targets checked.
-    """
-    from damc.data.episodes import atomic_write_text
-    from damc.eval.report import report
-
-    out: dict[str, Any] = {}
-    for prof in profiles:
-        cfg = compose_stage("demo", [f"+experiment={prof}", *(overrides or [])])
-        print(f"=== {prof}: {cfg.out_dir}", flush=True)
-        res = run_pipeline(cfg)
-        out[prof] = res
-        if res["results"]:
-            text = report({prof: res["results"]}, operating={prof: res["operating"]} if res["operating"] else None)
-            atomic_write_text(Path(cfg.out_dir) / "report.md", text)
-            print(text + f"\nreport: {Path(cfg.out_dir) / 'report.md'}", flush=True)
     return out
 
 

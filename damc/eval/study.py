@@ -1,0 +1,149 @@
+"""`make reproduce`: the study — one student for every dataset, each dataset's test split measured through the runtime.
+
+    data (every dataset) → labels (the train splits a profile labels) → train one student on all of them
+    → export → evaluate each dataset (dev sweep → operating points → test) → report.md
+
+Profiles are `damc/configs/study.yaml` (the full study) and `configs/experiment/study_*.yaml` applied to it
+(e.g. `study_tau2_small`, the reduced-size τ²-bench profile CI runs). Each stage composes its module's real
+config (`damc.eval.pipelines.compose_stage`) and is skipped when a marker with the same fingerprint exists
+(`<out_dir>/stages/`), so a changed setting reruns that stage and everything after it; labelling and evaluation
+also resume per decision. A dataset without a `label:` entry is one the student never trains on (an unseen
+domain); one without a dev split takes its operating points from the dataset named in `dev_from`.
+
+Example:
+    $ python scripts/reproduce.py                                   # configs/study.yaml
+    $ python scripts/reproduce.py +experiment=study_tau2_small out_dir=runs/small
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from damc.eval.pipelines import compose_stage, fingerprint, is_done, mark_done, stage_main
+
+
+def _q(x: Any) -> str:
+    return "[" + ",".join(str(v) for v in x) + "]"
+
+
+class Study:
+    """The stages of one study profile, with their paths and fingerprint chain."""
+
+    def __init__(self, cfg: Any):
+        self.cfg = cfg
+        self.out = Path(cfg.out_dir)
+        self.stages_dir = self.out / "stages"
+        self.before = ""
+        self.timings: dict[str, float] = {}
+
+    @property
+    def datasets(self) -> dict[str, Any]:
+        """The datasets of `use`, in order (each must be defined under `datasets`)."""
+        missing = [n for n in self.cfg.use if n not in self.cfg.datasets]
+        if missing:
+            raise KeyError(f"study: use={list(self.cfg.use)} names undefined dataset(s) {missing}; "
+                           f"defined: {list(self.cfg.datasets)}")
+        return {n: self.cfg.datasets[n] for n in self.cfg.use}
+
+    def data_dir(self, name: str) -> Path:
+        return self.out / "data" / name
+
+    def run_stage(self, key: str, config_name: str, overrides: list[str], fn: Any = None) -> Any:
+        """Compose, skip when done with the same fingerprint, else run and mark; returns the stage's result."""
+        name, main = stage_main(key.split(".")[0])
+        stage_cfg = compose_stage(config_name, overrides)
+        fp = fingerprint(key, stage_cfg, self.before)
+        self.before = fp
+        if is_done(self.stages_dir, key, fp):
+            print(f"[{key}] done earlier (same settings)", flush=True)
+            return None
+        t0 = time.perf_counter()
+        res = (fn or main)(stage_cfg)
+        self.timings[key] = round(time.perf_counter() - t0, 1)
+        mark_done(self.stages_dir, key, fp, self.timings[key])
+        print(f"[{key}] {self.timings[key]:8.1f} s", flush=True)
+        return res
+
+    def data(self) -> None:
+        for name, ds in self.datasets.items():
+            self.run_stage(f"data.{name}", "make_data", [f"out_dir={self.data_dir(name)}", f"seed={self.cfg.seed}",
+                                                         *[str(o) for o in ds.make]])
+
+    def labels(self) -> Path:
+        """Label every dataset with a `label:` entry into `labels/<name>`; returns the parent the trainer reads."""
+        root = self.out / "labels"
+        for name, ds in self.datasets.items():
+            if ds.get("label") is None:
+                continue
+            self.run_stage(f"label.{name}", "label", [f"data.path={self.data_dir(name) / 'train.jsonl'}",
+                                                      f"out_dir={root / name}", *self.cfg.label.overrides,
+                                                      *[str(o) for o in ds.label]])
+        return root
+
+    def train_export(self, labels: Path) -> Path:
+        run, scorer = self.out / "run", self.out / "scorer"
+        self.run_stage("train", "train", [f"data.labels={labels}", f"out_dir={run}", f"seed={self.cfg.seed}",
+                                          *self.cfg.train.overrides])
+        self.run_stage("export", "export", [f"run_dir={run}", f"out={scorer}", *self.cfg.export.overrides])
+        return scorer
+
+    def evaluate(self, scorer: Path, labels: Path) -> dict[str, Any]:
+        """Each dataset: the dev sweep (when it has a dev split) → operating points → the test split."""
+        from damc.data.episodes import atomic_write_text, load_episodes
+        from damc.eval.results import operating_points
+
+        ev, out = self.cfg.evaluate, {}
+        common = [f"scorer={scorer}", f"labels_path={labels}", f"policies={_q(ev.policies)}",
+                  f"budgets={_q(ev.budgets)}", f"seed={self.cfg.seed}", *[str(o) for o in ev.overrides]]
+        ops: dict[str, dict[str, str]] = {}
+        for name, ds in self.datasets.items():
+            extra = [str(o) for o in ds.get("evaluate") or []]
+            dev = self.data_dir(name) / "dev.jsonl"
+            if ev.dev_sweep and dev.exists() and load_episodes(dev):
+                res = self.run_stage(f"evaluate.{name}.dev", "evaluate", [
+                    f"data.path={dev}", f"out_dir={self.out / 'eval' / name / 'dev'}", *common, *extra,
+                    *[str(o) for o in ev.dev_overrides]])
+                res = res or json.loads((self.out / "eval" / name / "dev" / "results.json").read_text())
+                ops[name] = operating_points(res)
+        for name, ds in self.datasets.items():
+            extra = [str(o) for o in ds.get("evaluate") or []]
+            test_dir = self.out / "eval" / name / "test"
+            res = self.run_stage(f"evaluate.{name}.test", "evaluate", [
+                f"data.path={self.data_dir(name) / 'test.jsonl'}", f"out_dir={test_dir}", *common, *extra])
+            chosen = ops.get(name) or ops.get(ds.get("dev_from") or "") or {}
+            if chosen:
+                atomic_write_text(test_dir / "operating_points.json", json.dumps(
+                    {"chosen_on": name if name in ops else ds.get("dev_from"), "points": chosen}, indent=2))
+            out[name] = {"results": res or json.loads((test_dir / "results.json").read_text()), "operating": chosen}
+        return out
+
+
+def run_study(cfg: Any) -> dict[str, Any]:
+    """Every stage of the study profile `cfg`; writes and prints `<out_dir>/report.md`."""
+    from damc.data.episodes import atomic_write_text
+    from damc.eval.report import report
+
+    study = Study(cfg)
+    t0 = time.perf_counter()
+    study.data()
+    labels = study.labels()
+    scorer = study.train_export(labels)
+    evals = study.evaluate(scorer, labels)
+    text = report({n: e["results"] for n, e in evals.items()}, policy="damc",
+                  operating={n: e["operating"] for n, e in evals.items() if e["operating"]})
+    text += "\n" + stage_times(study)
+    atomic_write_text(study.out / "report.md", text)
+    print(text + f"\nreport: {study.out / 'report.md'} (total {time.perf_counter() - t0:.0f} s)", flush=True)
+    return {"evaluations": evals, "timings_s": study.timings, "report": str(study.out / "report.md")}
+
+
+def stage_times(study: Study) -> str:
+    """Markdown list of every stage's time (from the markers, so earlier runs count too)."""
+    lines = ["Stage times (this machine):", ""]
+    for f in sorted(study.stages_dir.glob("*.json")):
+        d = json.loads(f.read_text())
+        lines.append(f"- `{f.stem}`: {d.get('seconds', 0) / 60:.1f} min (finished {d.get('finished')})")
+    return "\n".join(lines) + "\n"
