@@ -44,7 +44,7 @@ def pipeline(tmp_path_factory) -> dict[str, Path]:
     train_eps = [_prefix(ep, n_calls=3) for ep in load_episodes(root / "data" / "train.jsonl")[:2]]
     write_episodes(root / "label_input.jsonl", train_eps)
     label(_compose("label", f"data.path={root / 'label_input.jsonl'}", f"out_dir={root / 'labels'}",
-                   "max_cards=4", "max_card_tokens=96", "data.tool_calls_only=true"))
+                   "memory.max_candidates=4", "data.tool_calls_only=true"))
     train(_compose("train", f"data.labels={root / 'labels'}", f"out_dir={root / 'run'}", "trainer=tiny",
                    "model.max_length=96", "data.max_cards=8", "device=cpu", "logger=none", "data.dev_fraction=0.34"))
     export(_compose("export", f"run_dir={root / 'run'}", f"out={root / 'scorer'}"))

@@ -67,12 +67,19 @@ def test_ablation_estimator_through_config(episodes_file, tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_after_sigkill_gives_the_uninterrupted_rows(episodes_file, tmp_path):
+def test_resume_after_sigkill_gives_the_uninterrupted_rows(tmp_path):
+    from damc.data.synthetic import generate_episodes
+
+    # decisions deep in a synthetic episode all have candidates: several shards, so the kill lands mid-run
+    episodes_file = tmp_path / "eps.jsonl"
+    write_episodes(episodes_file, generate_episodes(1, seed=5, progress=False))
+    opts = ["data.tool_calls_only=true", "memory.max_candidates=5", "max_decisions=5", "shard_size=1"]
     ref = tmp_path / "ref"
-    main(cfg_for(episodes_file, ref, "shard_size=1"))
+    main(cfg_for(episodes_file, ref, *opts))
+    assert json.loads((ref / "summary.json").read_text())["decisions"] >= 3
     out = tmp_path / "killed"
     cmd = [sys.executable, str(ROOT / "scripts/label.py"), f"data.path={episodes_file}", f"out_dir={out}",
-           "max_decisions=4", "shard_size=1", f"hydra.run.dir={tmp_path / 'hydra'}"]
+           *opts, f"hydra.run.dir={tmp_path / 'hydra'}"]
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 240

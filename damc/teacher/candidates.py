@@ -51,7 +51,7 @@ class RuntimeCandidates:
             ValueError: `dp` belongs to another episode, or comes before a decision already asked for.
         """
         from damc.runtime.select import TopK
-        from damc.runtime.valuers import RecencyValuer
+        from damc.runtime.valuers.heuristic import RecencyValuer
 
         if dp.episode.episode_id != self.episode.episode_id:
             raise ValueError(f"decision {dp.decision_id} is not of episode {self.episode.episode_id}")
