@@ -23,7 +23,7 @@ _LAZY = {
     "load_episodes": "damc.data.episodes",
     "write_episodes": "damc.data.episodes",
     "decision_points": "damc.data.episodes",
-    "CardScorer": "damc.scorer",
+    "CardScorer": "damc.runtime.scorer",
     "DecisionAwareMemory": "damc.runtime.memory",
 }
 

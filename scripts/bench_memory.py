@@ -90,7 +90,7 @@ def bench_context(n_cards: int, candidates: int, decisions: int, scorer_path: st
     from damc.runtime.valuers import CrossEncoderScorer
 
     if scorer_path:
-        from damc.scorer import CardScorer
+        from damc.runtime.scorer import CardScorer
 
         scorer = CardScorer.from_pretrained(scorer_path, dtype=scorer_dtype, backend=scorer_backend,
                                             max_batch_tokens=max_batch_tokens)

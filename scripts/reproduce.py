@@ -2,7 +2,7 @@
 synthetic and τ²-bench retail labels, every dataset's test split evaluated through the runtime.
 
     python scripts/reproduce.py                                             # the full study
-    python scripts/reproduce.py +experiment=study_tau2_small out_dir=DIR    # the reduced τ²-bench profile
+    python scripts/reproduce.py experiment=study_tau2_small out_dir=DIR    # the reduced τ²-bench profile
     python scripts/reproduce.py use=[tau2_retail,tau2_airline] evaluate.budgets=[1024]
 
 Finished stages are skipped while their settings are unchanged; labelling and evaluation resume per decision.

@@ -99,3 +99,29 @@ def _imports_of_file(path: Path, root: Path) -> set[str]:
         return _imports(path)
     finally:
         ROOT = old
+
+
+def _oversized(root: Path) -> list[str]:
+    """Modules over MAX_MODULE_LINES lines and functions over MAX_FUNCTION_LINES lines under `root`."""
+    out = []
+    for p in sorted(root.rglob("*.py")):
+        src = p.read_text()
+        if (n := len(src.splitlines())) > MAX_MODULE_LINES:
+            out.append(f"{p.relative_to(root)}: {n} lines")
+        for node in ast.walk(ast.parse(src)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if (n := node.end_lineno - node.lineno + 1) > MAX_FUNCTION_LINES:
+                    out.append(f"{p.relative_to(root)}:{node.lineno} {node.name}: {n} lines")
+    return out
+
+
+def test_modules_and_functions_stay_small():
+    """No module over ~500 lines and no function over ~80 (the shape a newcomer can read)."""
+    offenders = _oversized(PKG)
+    assert not offenders, "split these:\n" + "\n".join(offenders)
+
+
+def test_the_shape_check_can_fail(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    (tmp_path / "big.py").write_text("def f():\n" + body + "\n" + "\n" * MAX_MODULE_LINES)
+    assert [o.split(":")[0] for o in _oversized(tmp_path)] == ["big.py", "big.py"]

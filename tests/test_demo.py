@@ -48,7 +48,7 @@ def test_the_small_tau2_study_runs_end_to_end_and_resumes(tmp_path, capsys):
     from damc.eval.pipelines import compose_stage
     from damc.eval.study import run_study
 
-    cfg = compose_stage("study", ["+experiment=study_tau2_small", f"out_dir={tmp_path}"])
+    cfg = compose_stage("study", ["experiment=study_tau2_small", f"out_dir={tmp_path}"])
     out = run_study(cfg)
     assert set(out["timings_s"]) == {"data.tau2_retail", "label.tau2_retail", "train", "export",
                                      "evaluate.tau2_retail.dev", "evaluate.tau2_retail.test"}

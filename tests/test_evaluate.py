@@ -81,7 +81,7 @@ def test_every_policy_end_to_end_writes_results_with_the_schema(pipeline, tmp_pa
     out = tmp_path / "eval"
     pol = "[" + ",".join(ALL_POLICIES) + "]"
     res = main(_eval_cfg(pipeline, out, f"policies={pol}", "budgets=[192]", "max_decisions=2",
-                         "data.tool_calls_only=true", "policy_options.damc_teacher.max_cards=6"))
+                         "data.tool_calls_only=true", "memory.max_candidates=6"))
     for f in ("results.json", "results.md", "pareto.png", "records.jsonl"):
         assert (out / f).stat().st_size > 0, f
     on_disk = json.loads((out / "results.json").read_text())
@@ -212,10 +212,13 @@ def test_sweeps_render_modes_and_variants_run_through_one_memory(pipeline, tmp_p
     out = tmp_path / "eval"
     res = main(_eval_cfg(pipeline, out, "policies=[window,bm25,damc,damc_k]", "budgets=[1024]", "max_decisions=2",
                          "render=[template,raw]", "sweep.top_k=[2]", "sweep.threshold=[0.5]",
+                         "sweep.threshold_for.damc=[0.05]",
                          f"+policy_options.damc_k={{policy: damc, scorer: {pipeline['scorer']}}}"))
-    want = {"1024", "1024/raw", "1024/k2", "1024/k2/raw", "1024/t0.5", "1024/t0.5/raw"}
-    for name in ("bm25", "damc", "damc_k"):
-        assert {k.split("@")[1] for k in res["policies"] if k.startswith(name + "@")} == want
+    base = {"1024", "1024/raw", "1024/k2", "1024/k2/raw"}
+    # bm25's values lie in [0, 1]: the shared grid; damc (combiner, nats/token) and its variant: their own grid
+    for name, t in (("bm25", "t0.5"), ("damc", "t0.05"), ("damc_k", "t0.05")):
+        want = base | {f"1024/{t}", f"1024/{t}/raw"}
+        assert {k.split("@")[1] for k in res["policies"] if k.startswith(name + "@")} == want, name
     assert {k for k in res["policies"] if k.startswith("window@")} == {"window@1024"}
     recs = {(r["policy"], r["setting"], r["decision_id"]): r for r in _records(out)}
     for (pol, setting, did), r in recs.items():

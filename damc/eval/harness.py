@@ -43,6 +43,7 @@ from damc.data.episodes import DecisionPoint, Episode, decision_points, iter_sca
 from damc.eval.metrics import exact_match, multiple_choice, parse_action
 from damc.eval.policies import (POLICIES, CardPolicy, DecisionView, GoldView, Policy, PolicyEnv, PolicyOutput, Setting,
                                 gold_values, holds_any, make_policy)
+from damc.eval.records import RecordLog, fingerprints
 from damc.eval.results import NO_BUDGET, aggregate, results_table, write_results
 from damc.prompting import action_text, format_prompt
 
@@ -173,79 +174,6 @@ def select_decisions(episodes: Sequence[Episode], cfg: Any, count_tokens: Any) -
     if cfg.max_decisions and len(out) > cfg.max_decisions:
         keep = set(random.Random(cfg.seed).sample(range(len(out)), cfg.max_decisions))
         out = [d for i, d in enumerate(out) if i in keep]
-    return out
-
-
-# ----------------------------------------------------------------------------- records (resumable)
-
-class RecordLog:
-    """Append-only JSONL of per-decision records, fsync'd per record. On reopen, records are indexed by
-    (policy, setting, decision); `done` also requires the record's fingerprint to match the unit's."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.records: dict[str, dict[str, Any]] = {}
-        if not path.exists():
-            return
-        raw = path.read_bytes()
-        if raw and not raw.endswith(b"\n"):
-            # a kill in the middle of an append left a torn last line: drop it (that record is redone)
-            raw = raw[: raw.rfind(b"\n") + 1]
-            with path.open("r+b") as fh:
-                fh.truncate(len(raw))
-        for n, line in enumerate(raw.decode("utf-8").splitlines(), 1):
-            try:
-                r = json.loads(line)
-                self.records[self.key(r["policy"], r["setting"], r["decision_id"])] = r
-            except (json.JSONDecodeError, KeyError, TypeError):
-                logger.warning("%s:%d: skipping an unreadable record (it is redone)", path, n)
-
-    @staticmethod
-    def key(policy: str, setting: str, decision_id: str) -> str:
-        return f"{policy}@{setting}|{decision_id}"
-
-    def done(self, policy: str, setting: str, decision_id: str, fingerprint: str, retry_failed: bool = False) -> bool:
-        r = self.records.get(self.key(policy, setting, decision_id))
-        return (r is not None and r.get("fingerprint") == fingerprint and not (retry_failed and r.get("failed")))
-
-    def append(self, record: dict[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        self.records[self.key(record["policy"], record["setting"], record["decision_id"])] = record
-
-
-def file_digest(path: str | os.PathLike | None) -> str | None:
-    """SHA-256 of a file, or of a directory's files (names and contents, sorted); None for no path."""
-    if not path:
-        return None
-    p = Path(path)
-    files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file() and not f.name.startswith("."))
-    h = hashlib.sha256()
-    for f in files:
-        h.update(str(f.relative_to(p) if p.is_dir() else f.name).encode())
-        with f.open("rb") as fh:
-            while block := fh.read(1 << 20):
-                h.update(block)
-    return h.hexdigest()
-
-
-def fingerprints(cfg: Any, options: dict[str, dict[str, Any]]) -> dict[str, str]:
-    """Per policy: a hash of everything its records depend on (see the module docstring)."""
-    from omegaconf import OmegaConf
-
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    shared = {"data": file_digest(cfg.data.path), "tool_calls_only": plain["data"].get("tool_calls_only"),
-              "filters": plain["filters"], "max_decisions": plain["max_decisions"], "seed": plain["seed"],
-              "n_distractors": plain["n_distractors"], "llm": plain["llm"], "memory": plain.get("memory"),
-              "exact_match": plain["exact_match"]}
-    out = {}
-    for name, opts in options.items():
-        assets = {k: file_digest(v) for k, v in opts.items() if k in ("scorer", "labels") and v}
-        blob = json.dumps({"shared": shared, "policy": opts, "assets": assets}, sort_keys=True, default=str)
-        out[name] = hashlib.sha256(blob.encode()).hexdigest()[:16]
     return out
 
 

@@ -44,9 +44,8 @@ from __future__ import annotations
 import functools
 import re
 import time
-from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from abc import abstractmethod
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -56,148 +55,10 @@ from damc.prompting import build_decision_messages, message_to_chat
 from damc.runtime.assemble import split_conversation
 from damc.runtime.compress import Compressor, RawCompressor, TemplateCompressor
 from damc.runtime.select import Selector, Threshold, TopK
-from damc.runtime.store import parse_time
+from damc.eval.policy_base import (MESSAGE_OVERHEAD_TOKENS, RENDERS, DecisionView, GoldView, Policy, PolicyEnv,
+                                   PolicyOutput, Setting)
 from damc.runtime.valuers import (BM25Valuer, GenerativeAgentsValuer, KNNValuer, LLMJudgeValuer, RecencyValuer,
                                   SimilarityValuer, Valuer)
-
-MESSAGE_OVERHEAD_TOKENS = 4   # chat-template tokens around each history message (role markers, separators)
-RENDERS = ("template", "raw")
-
-
-# ----------------------------------------------------------------------------- what a policy sees
-
-@dataclass(frozen=True)
-class DecisionView:
-    """Everything a deployable policy may see at a decision: the conversation before it and the tools.
-
-    Attributes:
-        session_id: the conversation (the episode id in the harness; card ids are `{session_id}:{index}...`).
-        messages: every message before the decision (OpenAI format), the current user turn included.
-        tools: the tool schemas available at the decision.
-    """
-
-    session_id: str
-    messages: tuple[dict[str, Any], ...]
-    tools: tuple[dict[str, Any], ...] = ()
-
-    @classmethod
-    def of(cls, dp: DecisionPoint) -> "DecisionView":
-        """The gold-free view of a decision point: `messages[:k]` and the tools, nothing after."""
-        return cls(dp.episode.episode_id, tuple(dp.context), tuple(dp.episode.tools or ()))
-
-    @property
-    def now(self) -> float | None:
-        """Epoch seconds of the newest message that carries a timestamp (None when none does)."""
-        for m in reversed(self.messages):
-            t = parse_time(m.get("timestamp"))
-            if t is not None:
-                return t
-        return None
-
-
-@dataclass(frozen=True)
-class GoldView:
-    """What only the reference policies receive: the decision point (gold and future included) and its key cards."""
-
-    decision: DecisionPoint
-    key_card_ids: tuple[str, ...] = ()
-
-    @classmethod
-    def of(cls, dp: DecisionPoint) -> "GoldView":
-        return cls(dp, tuple(dp.key_card_ids))
-
-
-@dataclass(frozen=True)
-class Setting:
-    """How a policy selects at one evaluation point.
-
-    Attributes:
-        budget: history tokens (memory lines or kept messages) the prompt may spend.
-        top_k: keep at most this many cards (card policies; None: as many as fit).
-        threshold: keep only cards whose value is at least this (card policies; valuers return [0, 1]).
-        render: "template" (the runtime's compressed lines) or "raw" (each kept card's raw text).
-    """
-
-    budget: int
-    top_k: int | None = None
-    threshold: float | None = None
-    render: str = "template"
-
-    @property
-    def key(self) -> str:
-        """`1024`, `1024/k4`, `1024/t0.5`, `1024/raw`, … — results are keyed `policy@key`."""
-        parts = [str(self.budget)]
-        if self.top_k is not None:
-            parts.append(f"k{self.top_k}")
-        if self.threshold is not None:
-            parts.append(f"t{self.threshold:g}")
-        if self.render != "template":
-            parts.append(self.render)
-        return "/".join(parts)
-
-    @property
-    def is_sweep(self) -> bool:
-        return self.top_k is not None or self.threshold is not None
-
-
-@dataclass
-class PolicyEnv:
-    """Resources shared by every policy of a run.
-
-    Attributes:
-        count_tokens: `str -> int` under the decision LLM's tokenizer (budgets are in these tokens).
-        llm: the decision LLM backend (`log_prob_many`), used by `damc_teacher` and a shared `llm_judge`.
-        window_tokens: the decision LLM's context window; `full` drops its oldest messages beyond it.
-    """
-
-    count_tokens: Callable[[str], int]
-    llm: Any = None
-    window_tokens: int | None = None
-
-
-@dataclass
-class PolicyOutput:
-    """What a policy built for one decision.
-
-    Attributes:
-        messages: the decision context (plain chat messages).
-        kept_card_ids: cards whose content made it into the prompt (masked ones included).
-        candidate_ids: cards the policy chose from (card policies: the runtime's candidate set).
-        history_tokens: tokens of the history part (memory lines or kept messages).
-        timings_ms: per-stage wall time (card policies: the runtime's `Context.timings_ms`).
-        values: the valuer's value per kept card.
-    """
-
-    messages: list[dict[str, str]]
-    kept_card_ids: list[str]
-    candidate_ids: list[str]
-    history_tokens: int
-    timings_ms: dict[str, float] = field(default_factory=dict)
-    values: dict[str, float] = field(default_factory=dict)
-
-
-class Policy(ABC):
-    """A memory policy: builds the decision context for a `DecisionView` under a `Setting`.
-
-    Attributes:
-        name: registry name.
-        kind: "card" (a valuer in the runtime) or "message".
-        budgeted: False when the policy ignores the budget (run once per decision, reported at every budget).
-        needs_gold: True only for reference policies (they get a `GoldView`).
-    """
-
-    name: str = "policy"
-    kind: str = "message"
-    budgeted: bool = True
-    needs_gold: bool = False
-
-    @abstractmethod
-    def build(self, view: DecisionView, setting: Setting, env: PolicyEnv, *, memory: Any = None,
-              valuer: Valuer | None = None) -> PolicyOutput:
-        """The decision context this policy gives the decision LLM."""
-
-
-# ----------------------------------------------------------------------------- message policies
 
 def _message_tokens(m: dict[str, Any], env: PolicyEnv) -> int:
     return env.count_tokens(message_to_chat(m)["content"]) + MESSAGE_OVERHEAD_TOKENS
@@ -466,34 +327,31 @@ class TeacherValuer(Valuer):
 
     name = "teacher_loo"
 
-    def __init__(self, llm: Any, decision: DecisionPoint, max_cards: int = 60):
-        self.llm, self.decision, self.max_cards = llm, decision, max_cards
+    def __init__(self, llm: Any, decision: DecisionPoint):
+        self.llm, self.decision = llm, decision
 
     def value(self, query, cards, now=None):
         from damc.teacher.estimators import LeaveOneOut
 
         if not cards:
             return np.zeros(0, dtype=np.float32)
-        res = LeaveOneOut(max_cards=self.max_cards).estimate(self.llm, self.decision, list(cards))
+        res = LeaveOneOut().estimate(self.llm, self.decision, list(cards))
         return np.nan_to_num(np.asarray(res.deltas, dtype=np.float64), nan=-1e9).astype(np.float32)
 
 
 class DAMCTeacherPolicy(CardPolicy):
     """Cards by leave-one-out deltas of the decision LLM for the *gold* action, computed at decision time over
     the runtime's candidates. It peeks at the gold: a reference (what the student imitates), not deployable;
-    one LLM pass per candidate."""
+    one LLM pass per candidate (the memory's `max_candidates` bounds the cost)."""
 
     name = "damc_teacher"
     needs_gold = True
     sweepable = False
 
-    def __init__(self, max_cards: int = 60):
-        self.max_cards = max_cards
-
     def make_valuer(self, env, gold=None):
         if gold is None or env.llm is None:
             raise ValueError("damc_teacher needs the gold (GoldView) and the decision LLM (PolicyEnv.llm)")
-        return TeacherValuer(env.llm, gold.decision, self.max_cards)
+        return TeacherValuer(env.llm, gold.decision)
 
 
 def gold_values(gold: dict[str, Any]) -> list[str]:

@@ -12,7 +12,7 @@ domain); one without a dev split takes its operating points from the dataset nam
 
 Example:
     $ python scripts/reproduce.py                                   # configs/study.yaml
-    $ python scripts/reproduce.py +experiment=study_tau2_small out_dir=runs/small
+    $ python scripts/reproduce.py experiment=study_tau2_small out_dir=runs/small
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ def _with_max_length(scorer: Any, n: int, fn: Callable[[], Any]) -> Any:
 def load_paths(scorer_dir: Path, int8: bool = True, threads: int | None = None) -> dict[str, Any]:
     """The scorer under every available path: torch fp32/bf16, onnx fp32, onnx int8."""
     from damc.scorer.export import export_onnx, quantize_int8
-    from damc.scorer.model import ONNX_FILE, ONNX_INT8_FILE, CardScorer
+    from damc.runtime.scorer import ONNX_FILE, ONNX_INT8_FILE, CardScorer
 
     paths = {"torch fp32": CardScorer.from_pretrained(scorer_dir, dtype="float32", num_threads=threads),
              "torch bf16": CardScorer.from_pretrained(scorer_dir, dtype="bfloat16", num_threads=threads)}
@@ -153,7 +153,7 @@ def teacher_loo_seconds(dec: dict[str, Any], teacher_name: str = "smollm2-135m")
 def run(scorer_dir: str, labels: str | None = None, n_pairs: int = 256, batch_size: int = 64,
         teacher: str | None = "smollm2-135m", threads: int | None = None) -> dict[str, Any]:
     """Run every measurement; returns `{"throughput", "latency_50", "spearman", "teacher_loo_s", ...}`."""
-    from damc.scorer.model import available_cpus
+    from damc.runtime.scorer import available_cpus
 
     scorer_dir = Path(scorer_dir)
     paths = load_paths(scorer_dir, threads=threads)

@@ -70,7 +70,7 @@ def quantize_int8(src: Path, dst: Path) -> Path:
 
 def build_metadata(run_dir: Path) -> dict[str, Any]:
     """`damc_scorer.json` contents from a run's `train_meta.json` and `metrics.json`."""
-    from damc.scorer.model import FORMAT_VERSION
+    from damc.runtime.scorer import FORMAT_VERSION
 
     meta_path = run_dir / "train_meta.json"
     if not meta_path.exists():
@@ -98,7 +98,7 @@ def main(cfg: Any) -> dict[str, Any]:
     import shutil
 
     from damc.runtime.combiner import COMBINER_FILE
-    from damc.scorer.model import ONNX_FILE, ONNX_INT8_FILE, CardScorer
+    from damc.runtime.scorer import ONNX_FILE, ONNX_INT8_FILE, CardScorer
 
     run_dir, out = Path(cfg.run_dir), Path(cfg.out)
     if not (run_dir / "model" / "config.json").exists():

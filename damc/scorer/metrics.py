@@ -136,7 +136,7 @@ def scorer_fidelity(scorer: Any, labels: Any, episodes: Sequence[str] | None = N
     from damc.labels import group_decisions, load_labels
 
     if isinstance(scorer, (str, os.PathLike)):
-        from damc.scorer import CardScorer
+        from damc.runtime.scorer import CardScorer
 
         scorer = CardScorer.from_pretrained(scorer, dtype="float32", backend="torch")
     ds = load_labels(labels) if isinstance(labels, (str, os.PathLike)) else labels

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from damc.labels import LabelFormatError, LabeledDecision, group_decisions, load_labels
-from damc.scorer.model import Normalization
+from damc.runtime.scorer import Normalization
 
 logger = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ def _last_checkpoint(ckpt_dir: Path) -> str | None:
 def score_decisions(model: Any, tokenizer: Any, decisions: Sequence[LabeledDecision], max_length: int,
                     batch_size: int = 64) -> list[np.ndarray]:
     """Scores of the trained model for each decision's cards (same code path as `CardScorer`)."""
-    from damc.scorer.model import CardScorer
+    from damc.runtime.scorer import CardScorer
 
     scorer = CardScorer(model, tokenizer, {"max_length": max_length, "normalization": {}, "render_version": ""},
                         batch_size=batch_size)
@@ -327,7 +327,7 @@ def _fit_combiner(cfg: Any, student: _Student, data: _PreparedData, out_dir: Pat
 
 def score_rows(student: _Student, rows: Any, max_length: int) -> list[float]:
     """The trained student's score of each label row (`decision_text`, `card_text`)."""
-    from damc.scorer.model import CardScorer
+    from damc.runtime.scorer import CardScorer
 
     hf_model, tokenizer = student.model.model, student.model.tokenizer
     scorer = CardScorer(hf_model, tokenizer, {"max_length": max_length, "normalization": {}, "render_version": ""})

@@ -53,7 +53,7 @@ class ScorerValuer(Valuer):
             temperature: sigmoid temperature.
             scorer_kwargs: other `CardScorer.from_pretrained` arguments (device, max_batch_tokens, ...).
         """
-        from damc.scorer import CardScorer
+        from damc.runtime.scorer import CardScorer
 
         if "device" not in scorer_kwargs:
             try:  # a GPU when torch sees one; a runtime-only install has no torch and scores on the CPU
