@@ -158,7 +158,8 @@ class DecisionAwareMemory:
         compressor: how kept cards are written (default: templates).
         scorer: a `CardScorer` or a path to an exported one (`CardScorer.from_pretrained`).
         encoder: sentence encoder for the FAISS index (registry name, path, or an encoder object).
-        tokenizer: tokenizer name/path (or object) for token counts; None = chars/4.
+        tokenizer: the decision model's tokenizer for token counts: a registry name / GGUF / tokenizer dir
+            (read by `damc.tokens.load_token_counter`, no weights, no torch), a tokenizer object, or None (chars/4).
         context_window: the decision model's context window.
         session_id: default session.
         config: everything else (`MemoryConfig`); explicit arguments above override it.
@@ -200,10 +201,10 @@ class DecisionAwareMemory:
     @property
     def tokenizer(self) -> Any:
         if self._tokenizer is None and self._tokenizer_spec is not None:
-            if isinstance(self._tokenizer_spec, str):
-                from damc.models import load_tokenizer
+            if isinstance(self._tokenizer_spec, str):  # tokenizer files only (GGUF metadata / tokenizer.json)
+                from damc.tokens import load_token_counter
 
-                self._tokenizer = load_tokenizer(self._tokenizer_spec)
+                self._tokenizer = load_token_counter(self._tokenizer_spec)
             else:
                 self._tokenizer = self._tokenizer_spec
         return self._tokenizer
