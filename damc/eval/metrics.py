@@ -142,7 +142,10 @@ def _norm(args: dict[str, Any]) -> str:
 
 def spearman(scores: Sequence[float], deltas: Sequence[float]) -> float:
     """Spearman correlation (average ranks for ties, `scipy.stats.spearmanr`); NaN when either side is constant."""
-    from scipy.stats import spearmanr
+    from damc.extras import requires
+
+    with requires("Spearman correlation"):
+        from scipy.stats import spearmanr
 
     a, b = np.asarray(scores, dtype=np.float64), np.asarray(deltas, dtype=np.float64)
     if len(a) < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:

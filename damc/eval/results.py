@@ -147,7 +147,10 @@ def results_table(results: dict[str, Any]) -> str:
 def plot_pareto(results: dict[str, Any], path: Path) -> None:
     """Accuracy vs median prompt tokens: one curve per policy (its budgets and sweep points in token order), 95 %
     intervals; references dashed; the Pareto front circled."""
-    import matplotlib
+    from damc.extras import requires
+
+    with requires("the Pareto plot"):
+        import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

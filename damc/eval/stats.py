@@ -23,7 +23,10 @@ import numpy as np
 def _percentile_bootstrap(data: tuple[np.ndarray, ...], statistic: Callable[..., np.ndarray], *, n_boot: int,
                           alpha: float, seed: int, paired: bool) -> tuple[float, float, np.ndarray]:
     """`scipy.stats.bootstrap` (percentile method, vectorised): (lo, hi, bootstrap distribution)."""
-    from scipy.stats import bootstrap
+    from damc.extras import requires
+
+    with requires("bootstrap intervals"):
+        from scipy.stats import bootstrap
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # DegenerateDataWarning when every value is equal: the interval is a point

@@ -138,7 +138,10 @@ class LLMCompressor(Compressor):
     def _generate(self, prompts: list[str]) -> list[str]:
         if self.generate_fn is not None:
             return list(self.generate_fn(prompts))
-        import torch
+        from damc.extras import requires
+
+        with requires("the LLM compressor's local model (pass generate_fn to use any other LLM)"):
+            import torch
 
         from damc.prompting import format_prompt
 

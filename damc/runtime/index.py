@@ -1,8 +1,8 @@
 """FAISS index of card embeddings, persisted beside the SQLite store and rebuilt from it when needed.
 
 The index holds one vector per *hot* card (FAISS id = the card's store rowid), embedded from
-`damc.query.card_document(card)` with any sentence encoder (default `minilm-l6`, cosine similarity via
-normalised inner product). It is a cache of the store, never the source of truth:
+`damc.query.card_document(card)` with any sentence encoder (default `minilm-l6`: sentence-transformers, or the
+same model as int8 ONNX through `damc.runtime.encoder`; cosine similarity via normalised inner product). It is a cache of the store, never the source of truth:
 
 * the file (`cards.faiss`) is one blob — magic, a JSON header with the store stamp (hot card count,
   max rowid, change counter `seq`), the encoder name, dimension and a CRC32 — then the serialised FAISS
@@ -150,13 +150,14 @@ def read_index_file(path: str | os.PathLike) -> tuple[Any, dict[str, Any]]:
     return index, header
 
 
-def load_card_encoder(spec: str | Any) -> Any:
-    """The sentence encoder behind a spec: an object with `.encode(texts, ...)` as is, else a registry name / path."""
+def load_card_encoder(spec: str | Any, backend: str = "auto") -> Any:
+    """The sentence encoder behind a spec: an object with `.encode(texts, ...)` as is, else a registry name / path
+    loaded by `damc.runtime.encoder` (`backend`: auto | onnx | torch)."""
     if not isinstance(spec, str):
         return spec
-    from damc.models import load_sentence_encoder
+    from damc.runtime.encoder import choose_encoder, load_encoder
 
-    return load_sentence_encoder(spec)
+    return load_encoder(choose_encoder(spec, backend))
 
 
 class CardIndex:
@@ -167,17 +168,23 @@ class CardIndex:
         encoder: registry name / path of a sentence encoder, or an object with `.encode(texts, ...)`.
         path: where to persist the index (None: memory only).
         config: index settings.
-        encoder_name: the name written into the stamp when `encoder` is an object.
+        encoder_name: the name written into the stamp when `encoder` is an object (default: its `name`).
+        encoder_backend: how a named encoder runs: "auto" | "onnx" | "torch" (`damc.runtime.encoder.choose_encoder`).
+        scorer_dir: an exported scorer whose `encoder/` (ONNX) serves a named encoder it was exported from.
     """
 
     def __init__(self, store: CardStore, encoder: str | Any = "minilm-l6", path: str | os.PathLike | None = None,
-                 config: IndexConfig | None = None, encoder_name: str | None = None):
+                 config: IndexConfig | None = None, encoder_name: str | None = None, encoder_backend: str = "auto",
+                 scorer_dir: str | os.PathLike | None = None):
+        from damc.runtime.encoder import choose_encoder
+
         self.store = store
         self.path = Path(path) if path else None
         self.config = config or IndexConfig()
         self._encoder = encoder if not isinstance(encoder, str) else None
-        self._encoder_spec = encoder
-        self.model_name = encoder_name or (encoder if isinstance(encoder, str) else type(encoder).__name__)
+        self._choice = choose_encoder(encoder, encoder_backend, scorer_dir) if isinstance(encoder, str) else None
+        self.model_name = encoder_name or (self._choice.name if self._choice is not None
+                                           else getattr(encoder, "name", None) or type(encoder).__name__)
         self._index: Any = None
         self.seq = -1
         self.dim: int | None = None
@@ -191,7 +198,9 @@ class CardIndex:
     @property
     def encoder(self) -> Any:
         if self._encoder is None:
-            self._encoder = load_card_encoder(self._encoder_spec)
+            from damc.runtime.encoder import load_encoder
+
+            self._encoder = load_encoder(self._choice)
         return self._encoder
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:

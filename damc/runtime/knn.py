@@ -1,7 +1,7 @@
 """Non-parametric card values for a new decision, from teacher labels of similar past decisions.
 
 `KNNValue.fit(labels)` embeds every distinct `decision_text` once (MiniLM-L6 via
-`damc.models.load_sentence_encoder`, L2-normalised) into a FAISS inner-product index (= cosine), and
+`damc.runtime.index.load_card_encoder`, L2-normalised) into a FAISS inner-product index (= cosine), and
 every distinct `card_text` into a second one. `value(decision_text, cards, k)` then gives, per card:
 
 1. **seen card** (its `card_text` was labeled in some of the k most similar past decisions): the
@@ -50,9 +50,9 @@ class KNNValue:
     @property
     def encoder(self) -> Any:
         if self._encoder is None:
-            from damc.models import load_sentence_encoder
+            from damc.runtime.index import load_card_encoder
 
-            self._encoder = load_sentence_encoder(self.cfg.encoder)
+            self._encoder = load_card_encoder(self.cfg.encoder)  # sentence-transformers, or ONNX in a light install
         return self._encoder
 
     def _embed(self, texts: Sequence[str]) -> np.ndarray:

@@ -71,6 +71,9 @@ class MemoryConfig:
         value_ttl_s: value cache lifetime (seconds).
         stamp_time: give messages without a `timestamp` the ingest time (enables decay in hours).
         record: keep per-card value statistics (for `archive`) and the last context per session (for the CLI).
+        encoder_backend: how the retrieval encoder runs: "onnx" (onnxruntime: the scorer's exported `encoder/`,
+            else the packaged int8 all-MiniLM-L6-v2), "torch" (sentence-transformers) or "auto" (onnx when the
+            scorer ships an encoder or torch is not installed — a light install —, torch otherwise).
     """
 
     session_id: str = "default"
@@ -83,6 +86,7 @@ class MemoryConfig:
     value_ttl_s: float = 60.0
     stamp_time: bool = True
     record: bool = True
+    encoder_backend: str = "auto"
 
 
 def default_valuer(scorer: Any = None, config: MemoryConfig | None = None) -> Valuer:
@@ -157,8 +161,10 @@ class DecisionAwareMemory:
             else `TopK(12)`; always under the budget).
         compressor: how kept cards are written (default: templates).
         scorer: a `CardScorer` or a path to an exported one (`CardScorer.from_pretrained`).
-        encoder: sentence encoder for the FAISS index (registry name, path, or an encoder object).
-        tokenizer: tokenizer name/path (or object) for token counts; None = chars/4.
+        encoder: sentence encoder for the FAISS index (registry name, path, or an encoder object); how a name
+            runs is `config.encoder_backend` (a scorer exported with `encoder/` brings its ONNX encoder).
+        tokenizer: the decision model's tokenizer for token counts: a registry name / GGUF / tokenizer dir
+            (read by `damc.tokens.load_token_counter`, no weights, no torch), a tokenizer object, or None (chars/4).
         context_window: the decision model's context window.
         session_id: default session.
         config: everything else (`MemoryConfig`); explicit arguments above override it.
@@ -178,7 +184,9 @@ class DecisionAwareMemory:
         db, faiss_path = self._paths(path)
         self.path = Path(path) if path else None
         self.store = CardStore(db, store_config)
-        self.index = CardIndex(self.store, encoder, faiss_path, index_config)
+        scorer_dir = scorer if isinstance(scorer, (str, os.PathLike)) else getattr(scorer, "path", None)
+        self.index = CardIndex(self.store, encoder, faiss_path, index_config,
+                               encoder_backend=self.config.encoder_backend, scorer_dir=scorer_dir)
         self.valuer = valuer if valuer is not None else default_valuer(scorer, self.config)
         self.selector = selector or default_selector(self.valuer)
         self.compressor = compressor or TemplateCompressor()
@@ -200,10 +208,10 @@ class DecisionAwareMemory:
     @property
     def tokenizer(self) -> Any:
         if self._tokenizer is None and self._tokenizer_spec is not None:
-            if isinstance(self._tokenizer_spec, str):
-                from damc.models import load_tokenizer
+            if isinstance(self._tokenizer_spec, str):  # tokenizer files only (GGUF metadata / tokenizer.json)
+                from damc.tokens import load_token_counter
 
-                self._tokenizer = load_tokenizer(self._tokenizer_spec)
+                self._tokenizer = load_token_counter(self._tokenizer_spec)
             else:
                 self._tokenizer = self._tokenizer_spec
         return self._tokenizer

@@ -2,7 +2,8 @@
 
 A scorer directory (written by `scripts/export.py` or `CardScorer.save_pretrained`) is self-contained:
 `model.safetensors` + `config.json` (a Hugging Face sequence-classification encoder with one output),
-the tokenizer, optionally `model.onnx` / `model_int8.onnx`, and `damc_scorer.json` — the query
+the tokenizer, optionally `model.onnx` / `model_int8.onnx` and `encoder/` (the retrieval encoder as int8
+ONNX, `damc.runtime.encoder`), and `damc_scorer.json` — the query
 rendering version it was trained with (checked on load), the label normalisation (scores are in
 normalised-delta units; `to_delta` maps them back to nats), `max_length`, teacher, base model and the
 fidelity metrics of the run.
@@ -12,7 +13,10 @@ batches under a token budget (`max_batch_tokens`, padded tokens counted) so that
 pads a whole decision's batch to its length — on 2 CPU cores this alone halves a 50-card decision —
 then run under `torch.inference_mode` in fp32 or bf16, or through onnxruntime (fp32 or dynamic int8),
 with the thread count set explicitly. `backend="auto"` takes the int8 ONNX file when the directory has
-one (exported with `int8=true`), else torch in bf16 where the hardware runs it natively.
+one (exported with `int8=true`), the fp32 ONNX file when torch is not installed, else torch in bf16 where the
+hardware runs it natively. The ONNX backend needs only onnxruntime and tokenizers (`damc.tokens.PairTokenizer`
+reads the directory's `tokenizer.json`): a light install (`pip install damc`) scores without torch or
+transformers, and the render-version check runs the same on both backends.
 
 Example:
     >>> from damc import CardScorer
@@ -38,12 +42,15 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from damc.runtime.encoder import available_cpus, pad_batch, token_batches
+
 logger = logging.getLogger(__name__)
 
 META_FILE = "damc_scorer.json"
 ONNX_FILE = "model.onnx"
 ONNX_INT8_FILE = "model_int8.onnx"
 FORMAT_VERSION = 1
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
 # Padded tokens per forward pass. Measured on 2 AMX cores (50 cards of 20-183 tokens): 512-1024 is the
 # sweet spot for torch bf16 and onnx int8; one batch of all 50 pairs is 1.6-2.5x slower.
 DEFAULT_BATCH_TOKENS = 1024
@@ -89,14 +96,6 @@ class IncompatibleScorerError(ValueError):
     """A scorer trained with a different query/card rendering than this version of DAMC uses."""
 
 
-def available_cpus() -> int:
-    """CPU cores this process may use (cgroup/affinity aware)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return os.cpu_count() or 1
-
-
 def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
     """Read and check `damc_scorer.json` of a scorer directory.
 
@@ -129,7 +128,7 @@ class CardScorer:
 
     Args:
         model: a `transformers` sequence-classification model (torch backend) or None (onnx backend).
-        tokenizer: its tokenizer.
+        tokenizer: its tokenizer (a HF tokenizer, or a `damc.tokens.PairTokenizer` for the torch-free onnx backend).
         metadata: the contents of `damc_scorer.json`.
         session: an `onnxruntime.InferenceSession` (onnx backend).
         batch_size: pairs per forward pass.
@@ -173,7 +172,8 @@ class CardScorer:
             dtype: "float32" | "bfloat16" | "auto" weights (torch backend; bf16 is fastest on AMX/AVX512-BF16
                 CPUs and bf16 GPUs, which "auto" picks).
             backend: "torch" | "onnx" (onnxruntime on CPU; needs `model.onnx`, see `export.py onnx=true`) |
-                "auto" (`model_int8.onnx` when present and the device is the CPU, else torch).
+                "auto" (`model_int8.onnx` when present and the device is the CPU; `model.onnx` when torch is not
+                installed; else torch).
             device: torch device ("cpu", "cuda", ...).
             batch_size: most pairs per forward pass.
             num_threads: intra-op threads (default: the cores this process may use).
@@ -190,56 +190,30 @@ class CardScorer:
             >>> onnx_scorer = CardScorer.from_pretrained("artifacts/scorer", backend="onnx")
         """
         from damc.query import RENDER_VERSION
-        from transformers import AutoTokenizer
 
         path = Path(path)
         meta = read_metadata(path)
-        if backend == "auto":
-            if str(device).startswith("cpu") and onnx_file in (None, ONNX_INT8_FILE) and (path / ONNX_INT8_FILE).exists():
-                backend, onnx_file = "onnx", ONNX_INT8_FILE
-            else:
-                backend = "torch"
-        onnx_file = onnx_file or ONNX_FILE
+        backend, onnx_file = _pick_backend(path, backend, device, onnx_file)
         if check_render_version and str(meta["render_version"]) != str(RENDER_VERSION):
             raise IncompatibleScorerError(
                 f"{path} was trained on query/card rendering version {meta['render_version']!r} but this DAMC "
                 f"renders version {RENDER_VERSION!r}; retrain (or re-export) the scorer on labels rendered by "
                 f"this version, or pass check_render_version=False to score anyway")
-        threads = num_threads or available_cpus()
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        kwargs = dict(batch_size=batch_size, max_batch_tokens=max_batch_tokens, path=str(path))
         if backend == "torch":
-            import torch
-            from transformers import AutoModelForSequenceClassification
-
-            from damc.models import pick_dtype
-
-            if not (path / "config.json").exists():
-                raise ScorerFormatError(f"{path} has no config.json / weights")
-            if num_threads or torch.get_num_threads() > threads:
-                torch.set_num_threads(threads)
-            torch_dtype = pick_dtype(dtype, device)
-            model = AutoModelForSequenceClassification.from_pretrained(str(path), dtype=torch_dtype)
-            model = model.to(device).eval()
-            return cls(model, tokenizer, meta, batch_size=batch_size, max_batch_tokens=max_batch_tokens, path=str(path),
-                       dtype="bfloat16" if torch_dtype == torch.bfloat16 else "float32")
-        if backend == "onnx":
-            import onnxruntime as ort
+            model, tokenizer, dtype = _load_torch(path, dtype, device, num_threads)
+            return cls(model, tokenizer, meta, dtype=dtype, **kwargs)
+        if backend == "onnx":  # onnxruntime + tokenizers only: no torch, no transformers
+            from damc.runtime.encoder import onnx_session
+            from damc.tokens import PairTokenizer
 
             onnx_path = path / onnx_file
             if not onnx_path.exists():
                 raise ScorerFormatError(f"{onnx_path} is missing; export with "
                                         f"`python scripts/export.py run_dir=RUN out={path} onnx=true`")
-            opts = ort.SessionOptions()
-            opts.intra_op_num_threads = threads
-            opts.inter_op_num_threads = 1
-            # No busy-waiting between calls: the runtime alternates the scorer with torch (query embedding)
-            # and spinning ORT threads would steal the same cores from it.
-            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-            session = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
-            return cls(None, tokenizer, meta, session=session, batch_size=batch_size,
-                       max_batch_tokens=max_batch_tokens, path=str(path),
-                       dtype="int8" if "int8" in onnx_file else "float32")
+            tokenizer = PairTokenizer.from_dir(path, int(meta.get("max_length", 256)))
+            return cls(None, tokenizer, meta, session=onnx_session(onnx_path, num_threads),
+                       dtype="int8" if "int8" in onnx_file else "float32", **kwargs)
         raise ValueError(f"unknown backend {backend!r}; expected 'torch', 'onnx' or 'auto'")
 
     def save_pretrained(self, path: str | os.PathLike) -> None:
@@ -266,11 +240,17 @@ class CardScorer:
             for name in ("model.safetensors", "config.json"):
                 if (Path(self.path) / name).exists():
                     shutil.copy2(Path(self.path) / name, path / name)
-        self.tokenizer.save_pretrained(str(path))
-        if self.path and Path(self.path).resolve() != path.resolve():
-            for name in (ONNX_FILE, ONNX_INT8_FILE):
+        elsewhere = bool(self.path) and Path(self.path).resolve() != path.resolve()
+        if hasattr(self.tokenizer, "save_pretrained"):
+            self.tokenizer.save_pretrained(str(path))
+        if elsewhere:  # files a torch-free scorer cannot rewrite: copy them (tokenizer, ONNX, exported encoder)
+            names = (ONNX_FILE, ONNX_INT8_FILE) if hasattr(self.tokenizer, "save_pretrained") else \
+                (ONNX_FILE, ONNX_INT8_FILE) + TOKENIZER_FILES
+            for name in names:
                 if (Path(self.path) / name).exists():
                     shutil.copy2(Path(self.path) / name, path / name)
+            if (Path(self.path) / "encoder").is_dir():
+                shutil.copytree(Path(self.path) / "encoder", path / "encoder", dirs_exist_ok=True)
         if self.combiner is not None:
             from damc.runtime.combiner import COMBINER_FILE
 
@@ -282,22 +262,12 @@ class CardScorer:
     # ------------------------------------------------------------------ scoring
 
     def _encode(self, pairs: Sequence[tuple[str, str]]) -> list[dict[str, list[int]]]:
+        if hasattr(self.tokenizer, "encode_pairs"):  # damc.tokens.PairTokenizer (onnx backend, torch-free)
+            return self.tokenizer.encode_pairs(pairs)
         enc = self.tokenizer([p[0] for p in pairs], [p[1] for p in pairs], truncation="longest_first",
                              max_length=self.max_length, padding=False)
         keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc]
         return [{k: enc[k][i] for k in keys} for i in range(len(pairs))]
-
-    @staticmethod
-    def _pad(features: list[dict[str, list[int]]], pad_id: int) -> dict[str, np.ndarray]:
-        width = max(len(f["input_ids"]) for f in features)
-        out = {}
-        for k in features[0]:
-            fill = pad_id if k == "input_ids" else 0
-            arr = np.full((len(features), width), fill, dtype=np.int64)  # (batch, seq)
-            for i, f in enumerate(features):
-                arr[i, :len(f[k])] = f[k]
-            out[k] = arr
-        return out
 
     def _forward(self, batch: dict[str, np.ndarray]) -> np.ndarray:
         if self.session is not None:
@@ -336,20 +306,13 @@ class CardScorer:
         with ctx:
             for idx in self._batches([len(feats[j]["input_ids"]) for j in order], bs):
                 idx = order[idx]
-                out[idx] = self._forward(self._pad([feats[j] for j in idx], pad_id))
+                out[idx] = self._forward(pad_batch([feats[j] for j in idx], pad_id))
         return out
 
     def _batches(self, lengths_desc: list[int], batch_size: int) -> list[slice]:
         """Cut pairs sorted longest first into batches of ≤ `batch_size` pairs and ≤ `max_batch_tokens`
         padded tokens (a batch is padded to its first, longest pair; a single pair is always allowed)."""
-        out, i = [], 0
-        while i < len(lengths_desc):
-            n = batch_size
-            if self.max_batch_tokens:
-                n = max(1, min(n, self.max_batch_tokens // max(1, lengths_desc[i])))
-            out.append(slice(i, i + n))
-            i += n
-        return out
+        return token_batches(lengths_desc, batch_size, self.max_batch_tokens)
 
     def score(self, decision: str, cards: Sequence[Any], batch_size: int | None = None) -> np.ndarray:
         """Score each card for one decision.
@@ -416,6 +379,43 @@ def card_text(card: Any) -> str:
 
 
 def _inference_mode() -> Any:
-    import torch
+    import torch  # only reached with a torch model loaded
 
     return torch.inference_mode()
+
+
+def _pick_backend(path: Path, backend: str, device: str, onnx_file: str | None) -> tuple[str, str]:
+    """`(backend, onnx_file)` for `backend="auto"`: the int8 ONNX file on the CPU when exported, the fp32 one when
+    torch is not installed (a light install), else torch."""
+    import importlib.util
+
+    if backend == "auto":
+        on_cpu = str(device).startswith("cpu")
+        if on_cpu and onnx_file in (None, ONNX_INT8_FILE) and (path / ONNX_INT8_FILE).exists():
+            backend, onnx_file = "onnx", ONNX_INT8_FILE
+        elif importlib.util.find_spec("torch") is None and (path / (onnx_file or ONNX_FILE)).exists():
+            backend = "onnx"
+        else:
+            backend = "torch"
+    return backend, onnx_file or ONNX_FILE
+
+
+def _load_torch(path: Path, dtype: str, device: str, num_threads: int | None) -> tuple[Any, Any, str]:
+    """`(model, HF tokenizer, dtype name)` of the torch backend."""
+    from damc.extras import requires
+
+    with requires("the torch scorer backend (export with onnx=true to score without torch)"):
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from damc.models import pick_dtype
+
+    if not (path / "config.json").exists():
+        raise ScorerFormatError(f"{path} has no config.json / weights")
+    threads = num_threads or available_cpus()
+    if num_threads or torch.get_num_threads() > threads:
+        torch.set_num_threads(threads)
+    torch_dtype = pick_dtype(dtype, device)
+    model = AutoModelForSequenceClassification.from_pretrained(str(path), dtype=torch_dtype).to(device).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    return model, tokenizer, "bfloat16" if torch_dtype == torch.bfloat16 else "float32"

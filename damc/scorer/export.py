@@ -3,7 +3,9 @@
 Writes `model.safetensors` + `config.json` (fp32), the tokenizer and `damc_scorer.json` (render
 version, label normalisation, max length, teacher, base model, dev metrics), and optionally
 `model.onnx` (legacy TorchScript exporter, dynamic batch and sequence axes; checked against PyTorch on
-a probe batch) and `model_int8.onnx` (onnxruntime dynamic int8 quantisation of the linear layers).
+a probe batch), `model_int8.onnx` (onnxruntime dynamic int8 quantisation of the linear layers) and
+`encoder/` (the retrieval encoder as int8 ONNX, checked against sentence-transformers by cosine), which
+together let a light install (`pip install damc`: onnxruntime + tokenizers) run the whole runtime.
 
 Example:
     $ python scripts/export.py run_dir=runs/scorer out=artifacts/scorer onnx=true
@@ -68,6 +70,92 @@ def quantize_int8(src: Path, dst: Path) -> Path:
     return dst
 
 
+def quantize_weights_int8(src: Path, dst: Path, min_elements: int = 4096) -> Path:
+    """Weight-only int8: every 2-D fp32 initializer of ≥ `min_elements` (linear weights, embeddings) is stored as
+    int8 with one fp32 scale per row (symmetric) and dequantised in the graph (`Cast` + `Mul`, folded by
+    onnxruntime at load), so the file is 4x smaller and activations stay fp32. Dynamic int8 (`quantize_int8`)
+    costs MiniLM's sentence embeddings too much (cosine 0.90-0.97 vs 0.997+ here)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    model = onnx.load(str(src))
+    graph = model.graph
+    keep, dequant = [], []
+    for init in graph.initializer:
+        w = numpy_helper.to_array(init)
+        if w.dtype != np.float32 or w.ndim != 2 or w.size < min_elements:
+            keep.append(init)
+            continue
+        scale = (np.maximum(np.abs(w).max(axis=1, keepdims=True), 1e-12) / 127.0).astype(np.float32)  # (rows, 1)
+        q = np.clip(np.round(w / scale), -127, 127).astype(np.int8)                                   # (rows, cols)
+        keep += [numpy_helper.from_array(q, f"{init.name}_int8"), numpy_helper.from_array(scale, f"{init.name}_scale")]
+        dequant += [helper.make_node("Cast", [f"{init.name}_int8"], [f"{init.name}_fp32"], to=TensorProto.FLOAT),
+                    helper.make_node("Mul", [f"{init.name}_fp32", f"{init.name}_scale"], [init.name])]
+    nodes = dequant + list(graph.node)  # dequantisation first keeps the graph topologically sorted
+    del graph.initializer[:], graph.node[:]
+    graph.initializer.extend(keep)
+    graph.node.extend(nodes)
+    onnx.save(model, str(dst))
+    return dst
+
+
+def export_encoder(spec: str, out: Path, opset: int = 17, min_cosine: float = 0.99) -> dict[str, Any]:
+    """Write the retrieval encoder `spec` (a sentence-transformers BERT, e.g. `minilm-l6`) to `out/` as weight-only
+    int8 ONNX (`model_int8.onnx`: last hidden state; pooling and norm run in numpy) with its tokenizer files and
+    `damc_encoder.json`, so a light install embeds cards with onnxruntime (`damc.runtime.encoder.OnnxEncoder`).
+
+    Raises:
+        RuntimeError: the int8 embeddings of the probe texts fall below `min_cosine` of sentence-transformers'.
+    """
+    import shutil
+    import tempfile
+
+    import torch
+    from transformers import AutoModel
+
+    from damc.models import load_sentence_encoder, resolve_model
+    from damc.runtime.encoder import ENCODER_META, ENCODER_ONNX, OnnxEncoder, pad_batch
+    from damc.runtime.scorer import TOKENIZER_FILES
+    from damc.tokens import PairTokenizer
+
+    src = Path(resolve_model(spec))
+    st_conf = src / "sentence_bert_config.json"
+    max_length = int(json.loads(st_conf.read_text()).get("max_seq_length", 256)) if st_conf.exists() else 256
+    out.mkdir(parents=True, exist_ok=True)
+    model = AutoModel.from_pretrained(str(src), attn_implementation="eager").float().eval()
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    # a padded probe batch: with an all-ones mask the exporter would bake "no padding" into the graph
+    probe = {n: torch.from_numpy(v) for n, v in pad_batch(PairTokenizer.from_dir(src, max_length).encode_texts(
+        [_PROBE[0][1], _PROBE[2][1]]), 0).items()}
+
+    class _Hidden(torch.nn.Module):  # positional inputs -> last hidden state (batch, seq, dim)
+        def __init__(self, m: Any) -> None:
+            super().__init__()
+            self.m = m
+
+        def forward(self, *args: Any) -> Any:
+            return self.m(**dict(zip(names, args))).last_hidden_state
+
+    with tempfile.TemporaryDirectory() as tmp, torch.inference_mode():
+        fp32 = Path(tmp) / "model.onnx"
+        torch.onnx.export(_Hidden(model).eval(), tuple(probe[n] for n in names), str(fp32), input_names=names,
+                          output_names=["last_hidden_state"], opset_version=opset, dynamo=False,
+                          dynamic_axes={n: {0: "batch", 1: "seq"} for n in names + ["last_hidden_state"]})
+        quantize_weights_int8(fp32, out / ENCODER_ONNX)
+    for name in TOKENIZER_FILES:
+        if (src / name).exists():
+            shutil.copy2(src / name, out / name)
+    meta = {"name": f"{spec}-onnx-int8", "source": spec, "max_length": max_length, "pooling": "mean",
+            "normalize": True, "onnx_file": ENCODER_ONNX, "dim": int(model.config.hidden_size)}
+    (out / ENCODER_META).write_text(json.dumps(meta, indent=2))
+    ref = load_sentence_encoder(spec).encode([p[1] for p in _PROBE] + [p[0] for p in _PROBE], normalize_embeddings=True)
+    got = OnnxEncoder.from_dir(out).encode([p[1] for p in _PROBE] + [p[0] for p in _PROBE])
+    cosine = float((np.asarray(ref) * got).sum(axis=1).min())
+    if cosine < min_cosine:
+        raise RuntimeError(f"the int8 ONNX encoder's embeddings reach cosine {cosine:.4f} < {min_cosine} of {spec}'s")
+    return {"encoder": str(out), "encoder_min_cosine": cosine}
+
+
 def build_metadata(run_dir: Path) -> dict[str, Any]:
     """`damc_scorer.json` contents from a run's `train_meta.json` and `metrics.json`."""
     from damc.runtime.scorer import FORMAT_VERSION
@@ -123,6 +211,10 @@ def main(cfg: Any) -> dict[str, Any]:
             quantize_int8(out / ONNX_FILE, out / ONNX_INT8_FILE)
     elif cfg.get("int8"):
         raise ValueError("int8=true needs onnx=true")
+    if cfg.get("onnx") and cfg.get("encoder"):  # the retrieval encoder beside the scorer: all of the runtime runs without torch
+        from damc.runtime.encoder import ENCODER_DIR
+
+        result |= export_encoder(str(cfg.encoder), out / ENCODER_DIR, int(cfg.get("opset", 17)))
     result["files"] = sorted(p.name for p in out.iterdir())
     logger.info("exported %s -> %s (%s)", run_dir, out, ", ".join(result["files"]))
     return result

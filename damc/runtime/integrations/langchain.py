@@ -8,7 +8,7 @@ the original messages of the current user turn, untouched. Pipe it into any chat
     >>> chain = damc_middleware(memory, tools=tools) | llm.bind_tools(tools)
     >>> ai = chain.invoke(messages)
 
-`with_damc(llm, memory, tools)` is the same pipe. Only `langchain-core` is needed.
+`with_damc(llm, memory, tools)` is the same pipe. Only `langchain-core` is needed (`pip install 'damc[langchain]'`).
 """
 
 from __future__ import annotations
@@ -16,13 +16,16 @@ from __future__ import annotations
 import logging
 from typing import Any, Sequence
 
+from damc.extras import requires
+
 logger = logging.getLogger(__name__)
 
 
 def _openai_tools(tools: Sequence[Any] | None) -> list[dict[str, Any]] | None:
     if not tools:
         return None
-    from langchain_core.utils.function_calling import convert_to_openai_tool
+    with requires("the LangChain integration"):
+        from langchain_core.utils.function_calling import convert_to_openai_tool
 
     return [t if isinstance(t, dict) and "function" in t else convert_to_openai_tool(t) for t in tools]
 
@@ -30,8 +33,9 @@ def _openai_tools(tools: Sequence[Any] | None) -> list[dict[str, Any]] | None:
 def rewrite_messages(memory: Any, messages: Any, tools: Sequence[Any] | None = None, *,
                      session_id: str | None = None, budget_tokens: int | None = None) -> tuple[list[Any], Any]:
     """LangChain messages → (assembled LangChain messages, `Context`)."""
-    from langchain_core.messages import SystemMessage, convert_to_messages, convert_to_openai_messages
-    from langchain_core.prompt_values import PromptValue
+    with requires("the LangChain integration"):
+        from langchain_core.messages import SystemMessage, convert_to_messages, convert_to_openai_messages
+        from langchain_core.prompt_values import PromptValue
 
     from damc.runtime.assemble import split_conversation
 
@@ -48,7 +52,8 @@ def rewrite_messages(memory: Any, messages: Any, tools: Sequence[Any] | None = N
 def damc_middleware(memory: Any, tools: Sequence[Any] | None = None, *, session_id: str | None = None,
                     budget_tokens: int | None = None) -> Any:
     """A `RunnableLambda` that rewrites chat-model input with DAMC; the last `Context` is on `.contexts[-1]`."""
-    from langchain_core.runnables import RunnableLambda
+    with requires("the LangChain integration"):
+        from langchain_core.runnables import RunnableLambda
 
     contexts: list[Any] = []
 

@@ -79,7 +79,10 @@ class LLMJudgeValuer(Valuer):
         (two tokens in most tokenizers) costs one more position: P("10") = P("1")·P("0" | "1"), and
         P("1") is reduced by the same mass.
         """
-        import torch
+        from damc.extras import requires
+
+        with requires("the LLM judge's local model"):
+            import torch
 
         from damc.prompting import format_prompt
 

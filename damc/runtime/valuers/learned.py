@@ -80,7 +80,10 @@ class CrossEncoderScorer:
     `minilm-l6` before a student is trained). Scores `(query, render_card(card))` pairs."""
 
     def __init__(self, model: str = "minilm-l6", max_length: int = 256, device: str = "cpu"):
-        from sentence_transformers import CrossEncoder
+        from damc.extras import requires
+
+        with requires("CrossEncoderScorer"):
+            from sentence_transformers import CrossEncoder
 
         from damc.models import resolve_model
 

