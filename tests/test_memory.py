@@ -172,8 +172,15 @@ def test_archive_and_merge_similar():
     archived = mem.archive(min_age_s=86400, max_value=0.2, now=mem.store.stamp()["seq"] * 0 + 4e9)
     assert "a:7:0" not in archived and m.card_id in archived and "a:0" in archived
     assert mem.index.ntotal == mem.store.count("hot") == 1
+    # another session of the same scope does not see session a's cards unless sessions are shared
     ctx = mem.build_context([{"role": "user", "content": "and order 88412?"}], session_id="b")
+    assert ctx.selected == [] and ctx.n_candidates == 0
+    mem.config.share_sessions = True
+    ctx = mem.build_context([{"role": "user", "content": "and order 88412?"}], session_id="c")
     assert [s.card_id for s in ctx.selected] == ["a:7:0"]
+    # and another user never does, shared sessions or not
+    ctx = mem.build_context([{"role": "user", "content": "and order 88412?"}], session_id="a", user_id="mallory")
+    assert ctx.selected == [] and ctx.n_hot == 0
 
 
 # ----------------------------------------------------------------------------- valuers
@@ -260,3 +267,29 @@ def test_explain_episode_cli(capsys):
     data = main(["episode", "data/samples/bfcl_sample.jsonl"])
     out = capsys.readouterr().out
     assert "KEPT" in out and data["decision_id"].startswith(data["session_id"])
+
+
+def test_scopes_keep_users_apart_and_expand_refuses_other_scopes():
+    mem = DecisionAwareMemory(None, tokenizer=None, user_id="alice")
+    secret = [{"role": "user", "content": "my card number is 4111-1111-1111-1111 and order 88412 is lost"},
+              call("c1", "get_order", order_id="88412"), result("c1", {"status": "error", "code": 500})]
+    mem.add_messages(secret, session_id="s1")
+    ask = [{"role": "user", "content": "what is my card number? order 88412?"}]
+    own = mem.build_context(secret + ask, tools=TOOLS, session_id="s1")
+    assert {"s1:0", "s1:1:0"} <= {s.card_id for s in own.selected} and own.user_id == "alice"
+    other = mem.build_context(ask, tools=TOOLS, session_id="s1", user_id="bob")    # same session id, other user
+    assert other.selected == [] and other.dropped == [] and other.n_hot == 0
+    assert "4111" not in json.dumps(other.to_dict()) and "4111" not in str(mem.explain(other))
+    with pytest.raises(PermissionError):
+        mem.expand("s1:0", user_id="bob")
+    with pytest.raises(PermissionError):
+        mem.expand("s1:0", agent_id="billing")                  # alice's billing agent is a scope of its own
+    with pytest.raises(KeyError):
+        mem.expand("s9:0", user_id="bob")
+    assert mem.expand("s1:0").raw_text.startswith("my card number")
+    # bob writes the same session and card ids: both copies live, each in its scope
+    mem.add_messages([{"role": "user", "content": "hello from bob"}], session_id="s1", user_id="bob")
+    assert mem.expand("s1:0", user_id="bob").raw_text == "hello from bob"
+    assert mem.expand("s1:0").raw_text.startswith("my card number")
+    assert mem.archive(min_age_s=0, max_value=1.0, keep_pinned=False, now=4e9, user_id="bob") == ["s1:0"]
+    assert mem.store.get_stored("s1:0", mem.scope).tier == "hot"

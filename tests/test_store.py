@@ -258,3 +258,86 @@ def test_ivf_index_type(tmp_path):
     idx.save(force=True)
     assert reloaded.load() and reloaded.ntotal == 299
     store.close()
+
+
+# ----------------------------------------------------------------------------- scopes and migration
+
+V1_SCHEMA = """
+CREATE TABLE schema_version (version INTEGER NOT NULL);
+CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE cards (rowid INTEGER PRIMARY KEY AUTOINCREMENT, card_id TEXT NOT NULL UNIQUE, session_id TEXT NOT NULL,
+    position INTEGER NOT NULL, kind TEXT NOT NULL, tier TEXT NOT NULL DEFAULT 'hot', pinned INTEGER NOT NULL DEFAULT 0,
+    n_tokens INTEGER NOT NULL DEFAULT 0, t REAL NOT NULL, seq INTEGER NOT NULL, value_max REAL, value_last REAL,
+    value_n INTEGER NOT NULL DEFAULT 0, archived_at REAL, data TEXT NOT NULL);
+CREATE INDEX cards_tier ON cards (tier, rowid);
+CREATE INDEX cards_pinned ON cards (pinned, tier, rowid);
+CREATE INDEX cards_seq ON cards (seq);
+CREATE INDEX cards_session ON cards (session_id, position);
+CREATE TABLE embeddings (card_rowid INTEGER PRIMARY KEY, seq INTEGER NOT NULL, model TEXT NOT NULL, vector BLOB NOT NULL);
+CREATE TABLE sessions (session_id TEXT PRIMARY KEY, n_messages INTEGER NOT NULL DEFAULT 0, pending TEXT NOT NULL DEFAULT '{}');
+CREATE TABLE contexts (session_id TEXT PRIMARY KEY, created REAL NOT NULL, data TEXT NOT NULL);
+"""
+
+
+def test_v1_store_migrates_on_open(tmp_path):
+    """A store written by schema 1 (no scopes) opens as schema 2: rows land in the default scope, rowids,
+    seq, session counters, saved contexts and cached embeddings survive."""
+    import sqlite3
+
+    from damc.runtime.scope import Scope
+
+    db = tmp_path / "old.db"
+    cards = _cards(4, "old")
+    c = sqlite3.connect(db)
+    c.executescript(V1_SCHEMA)
+    c.execute("INSERT INTO schema_version VALUES (1)")
+    c.execute("INSERT INTO counters VALUES ('seq', 4)")
+    for i, card in enumerate(cards):
+        c.execute("INSERT INTO cards (rowid, card_id, session_id, position, kind, pinned, n_tokens, t, seq, data) "
+                  "VALUES (?, ?, 'old', ?, ?, ?, ?, 1.0, ?, ?)", (10 + i, card.card_id, card.position, card.kind,
+                                                                 int(i == 0), card.n_tokens, i + 1,
+                                                                 json.dumps(card.to_dict())))
+    c.execute("INSERT INTO embeddings VALUES (10, 1, 'minilm-l6', ?)", (np.ones(4, np.float32).tobytes(),))
+    c.execute("INSERT INTO sessions VALUES ('old', 8, '{}')")
+    c.execute("INSERT INTO contexts VALUES ('old', 1.0, '{\"session_id\": \"old\"}')")
+    c.commit()
+    c.close()
+    with CardStore(db) as store:
+        assert store.schema_version == SCHEMA_VERSION == 2
+        assert [sc.rowid for sc in store.all_cards()] == [10, 11, 12, 13]
+        assert all(sc.scope == Scope() for sc in store.all_cards())
+        assert [store.get(x.card_id) for x in cards] == cards
+        assert store.get(cards[0].card_id, Scope("someone-else")) is None
+        assert store.session_state("old") == {"n_messages": 8, "pending": {}}
+        assert store.last_context("old") == {"session_id": "old"}
+        assert store.pinned(5)[0].card == cards[0] and store.stamp()["seq"] == 4
+        assert set(store.get_embeddings([(10, 1)], "minilm-l6", 4)) == {10}
+        assert store.integrity_check() == "ok"
+        assert store.add_cards(_cards(1, "new"), "new")[0] == 14       # autoincrement continues after the old rows
+    with CardStore(db) as store:                                        # a second open does not migrate again
+        assert store.schema_version == 2 and store.count() == 5
+
+
+def test_same_card_id_in_two_scopes_stays_apart(tmp_path):
+    from damc.runtime.scope import Scope
+
+    alice, bob = Scope("alice"), Scope("bob", "billing")
+    with CardStore(tmp_path / "c.db") as store:
+        a, b = _cards(3, "s"), _cards(3, "s")
+        for card in b:
+            card.raw_text = "bob's " + card.raw_text
+        store.add_cards(a, "s", [True, False, False], scope=alice)
+        store.add_cards(b, "s", scope=bob)
+        assert store.count() == 6 and store.count("hot", alice) == 3 == store.count("hot", bob)
+        assert store.get(a[0].card_id, alice) == a[0] and store.get(a[0].card_id, bob) == b[0]
+        assert store.get(a[0].card_id) is None and store.holds_elsewhere(a[0].card_id, Scope())
+        assert all("bob's" in sc.card.raw_text for sc in store.recent(10, scope=bob))
+        assert [sc.card for sc in store.pinned(10, scope=alice)] == [a[0]] and store.pinned(10, scope=bob) == []
+        rows = [sc.rowid for sc in store.all_cards()]
+        assert {sc.scope for sc in store.by_rowids(rows, bob)} == {bob}
+        assert store.set_tier([a[1].card_id], "cold", scope=bob) == 1        # bob's copy only
+        assert store.get_stored(a[1].card_id, alice).tier == "hot"
+        store.record_values({a[2].card_id: 0.9}, bob)
+        assert [r for r in store.lifecycle_rows("hot", alice) if r[2] is not None] == []
+        with pytest.raises(ValueError, match="user_id"):
+            Scope("")

@@ -28,6 +28,7 @@ import numpy as np
 from damc.cards import Card
 from damc.query import card_age, card_document
 from damc.runtime.lexical import bm25_scores, bm25_tokens
+from damc.runtime.scope import scope_of
 from damc.runtime.valuers.heuristic import is_pinned, query_body
 
 KINDS = ("tool_result", "tool_error", "user", "assistant")
@@ -61,7 +62,7 @@ def candidate_features(query: str, cards: Sequence[Card], *, memory: Any = None,
     cos = None
     if memory is not None and cards:
         q = memory.index.query_vector(query)                                 # (dim,)
-        cos = memory.index.card_vectors([c.card_id for c in cards]) @ q      # (n,)
+        cos = memory.index.card_vectors([c.card_id for c in cards], scope_of(cards)) @ q      # (n,)
     f = base_features(query, cards, cos)
     f["student"] = np.zeros(len(cards)) if student is None else np.asarray(student, dtype=np.float64)
     return np.stack([f[name] for name in FEATURES], axis=1) if cards else np.zeros((0, len(FEATURES)))

@@ -74,8 +74,9 @@ class Context:
         memory_tokens: tokens of the kept memory lines.
         timings_ms: wall time per stage (retrieve, value, select, compress, assemble) and total.
         n_candidates: candidates scored.
-        n_hot: hot cards in the store (the rest were "not retrieved").
+        n_hot: hot cards in the scope (the rest were "not retrieved").
         session_id: the session.
+        user_id / agent_id: the scope the context was built for.
     """
 
     messages: list[dict[str, str]]
@@ -93,6 +94,8 @@ class Context:
     valuer: str = ""
     selector: str = ""
     current_turn: list[dict[str, Any]] = field(default_factory=list)
+    user_id: str = "default"
+    agent_id: str | None = None
 
     def openai_messages(self) -> list[dict[str, Any]]:
         """The assembled system message, then the current turn exactly as given (tool-call structure

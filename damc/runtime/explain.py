@@ -74,7 +74,9 @@ class Explanation:
         before, after = d["tokens_before"], d["tokens_after"]
         pct = 100.0 * self.tokens_saved / before if before else 0.0
         lines = [
-            f"context for session {d['session_id']!r}: {d['n_candidates']} candidates of {d['n_hot']} hot cards, "
+            f"context for session {d['session_id']!r} of {d.get('user_id', 'default')}"
+            f"{'/' + d['agent_id'] if d.get('agent_id') else ''}: {d['n_candidates']} candidates of {d['n_hot']} "
+            f"hot cards, "
             f"{len(self.kept)} kept, {len(self.dropped)} dropped",
             f"tokens: {before:,} -> {after:,} (saved {self.tokens_saved:,}, {pct:.0f} %); memory "
             f"{d['memory_tokens']:,} / budget {d['budget_tokens']:,}",
@@ -128,20 +130,26 @@ def explain_episode(path: str, index: int | None = None, episode_id: str | None 
     return exp
 
 
-def explain_store(path: str, session_id: str | None = None) -> Explanation:
-    """The last context a memory at `path` built for a session (the most recent session when None)."""
+def explain_store(path: str, session_id: str | None = None, user_id: str = "default",
+                  agent_id: str | None = None) -> Explanation:
+    """The last context a memory at `path` built for a scope's session (the scope's most recent one when None);
+    another scope's contexts are never read."""
     from pathlib import Path
 
+    from damc.runtime.scope import Scope
     from damc.runtime.store import CardStore
+
+    scope = Scope(user_id, agent_id)
 
     p = Path(path)
     db = p if p.suffix in (".db", ".sqlite", ".sqlite3") else p / "cards.db"
     if not db.exists():
         raise FileNotFoundError(f"no DAMC store at {db}")
     with CardStore(db) as store:
-        data = store.last_context(session_id)
+        data = store.last_context(session_id, scope)
     if data is None:
-        raise LookupError(f"{db} has no recorded context" + (f" for session {session_id!r}" if session_id else ""))
+        raise LookupError(f"{db} has no recorded context for scope {scope}" +
+                          (f" and session {session_id!r}" if session_id else ""))
     return Explanation(data)
 
 
@@ -152,6 +160,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     s = sub.add_parser("store", help="the last context of a stored session")
     s.add_argument("path", help="memory directory or .db file")
     s.add_argument("--session", default=None)
+    s.add_argument("--user", default="default", help="scope: user_id (default: 'default')")
+    s.add_argument("--agent", default=None, help="scope: agent_id (default: none)")
     e = sub.add_parser("episode", help="a decision of an episode file")
     e.add_argument("path", help="episode JSONL")
     e.add_argument("--index", type=int, default=None, help="assistant message index (default: last)")
@@ -161,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--json", action="store_true", help="print JSON instead of text")
     args = ap.parse_args(argv)
     if args.what == "store":
-        exp = explain_store(args.path, args.session)
+        exp = explain_store(args.path, args.session, args.user, args.agent)
     else:
         kw: dict[str, Any] = {"context_window": args.context_window}
         if args.scorer:

@@ -16,19 +16,28 @@ Index type: exact `flat` inner product (fast up to a few hundred thousand cards)
 lists, trained on the cards; `auto` switches at `ivf_min_cards`). Both support removal, which
 archiving needs.
 
+Scopes: one index holds every scope; a search names its scope (and, unless sessions are shared, its session)
+and FAISS only returns members of it — an `IDSelectorBitmap` over rowids built from an in-memory map
+rowid → (scope, session) that is filled from SQLite on load and kept in step by `sync`. An IVF search widens
+`nprobe` by `ntotal / members` (up to every list), so a small scope still gets its k nearest cards rather than
+the few that happen to sit in the globally nearest lists. (`scripts/bench_memory.py --scoped` measures this
+against one index per scope; docs/runtime.md has the figures.)
+
 Example:
     >>> index = CardIndex(store, encoder="minilm-l6", path="runs/mem/cards.faiss")
     >>> index.sync()
-    >>> rowids, sims = index.search_text("user: where is order 88412?", k=20)
+    >>> rowids, sims = index.search_text("user: where is order 88412?", k=20, scope=Scope("alice"))
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import struct
 import tempfile
+import threading
 import time
 import zlib
 from dataclasses import dataclass
@@ -37,6 +46,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from damc.runtime.scope import DEFAULT_SCOPE, Scope
 from damc.runtime.store import CardStore
 
 logger = logging.getLogger(__name__)
@@ -160,6 +170,48 @@ def load_card_encoder(spec: str | Any, backend: str = "auto") -> Any:
     return load_encoder(choose_encoder(spec, backend))
 
 
+class ScopeMembers:
+    """Which scope and session each indexed rowid belongs to, as two code arrays indexed by rowid (-1: absent).
+
+    `selector(scope, session)` is an `IDSelectorBitmap` over the members, built with one vectorised
+    comparison (a few ms at 1M rows).
+    """
+
+    def __init__(self) -> None:
+        self.scope_codes: dict[tuple[str, str], int] = {}
+        self.session_codes: dict[tuple[str, str, str], int] = {}
+        self.scope_of = np.full(0, -1, dtype=np.int32)     # (max_rowid + 1,)
+        self.session_of = np.full(0, -1, dtype=np.int32)   # (max_rowid + 1,)
+
+    def _grow(self, rowid: int) -> None:
+        if rowid < len(self.scope_of):
+            return
+        n = max(rowid + 1, 2 * len(self.scope_of), 1024)
+        for name in ("scope_of", "session_of"):
+            old = getattr(self, name)
+            new = np.full(n, -1, dtype=np.int32)
+            new[:len(old)] = old
+            setattr(self, name, new)
+
+    def add(self, rowid: int, user_id: str, agent_id: str, session_id: str) -> None:
+        self._grow(rowid)
+        self.scope_of[rowid] = self.scope_codes.setdefault((user_id, agent_id), len(self.scope_codes))
+        self.session_of[rowid] = self.session_codes.setdefault((user_id, agent_id, session_id),
+                                                               len(self.session_codes))
+
+    def remove(self, rowid: int) -> None:
+        if rowid < len(self.scope_of):
+            self.scope_of[rowid] = self.session_of[rowid] = -1
+
+    def mask(self, scope: Scope, session_id: str | None = None) -> np.ndarray:
+        """Boolean membership over rowids (all False for a scope or session never seen)."""
+        if session_id is None:
+            code = self.scope_codes.get((scope.user_id, scope.agent_key))
+            return self.scope_of == code if code is not None else np.zeros(len(self.scope_of), dtype=bool)
+        code = self.session_codes.get((scope.user_id, scope.agent_key, session_id))
+        return self.session_of == code if code is not None else np.zeros(len(self.session_of), dtype=bool)
+
+
 class CardIndex:
     """Card embeddings in FAISS, kept in step with a `CardStore`.
 
@@ -192,6 +244,8 @@ class CardIndex:
         self._last_save = 0.0
         self._dirty = False
         self._last_query: tuple[str, np.ndarray] | None = None  # the last encoded query (valuers reuse it)
+        self.members = ScopeMembers()
+        self._lock = threading.RLock()  # sync/search from several threads of one process
 
     # ------------------------------------------------------------------ encoding
 
@@ -222,7 +276,7 @@ class CardIndex:
         cached = self.store.get_embeddings(rows, self.model_name, self.dim) if self.dim else {}
         missing = [(r, s) for r, s in rows if r not in cached]
         if missing:
-            stored = {sc.rowid: sc for sc in self.store.by_rowids([r for r, _ in missing])}
+            stored = {sc.rowid: sc for sc in self.store.by_rowids([r for r, _ in missing], None)}
             missing = [(r, s) for r, s in missing if r in stored]
             vecs = self.encode([card_document(stored[r].card) for r, _ in missing])
             self.store.put_embeddings(missing, vecs, self.model_name)
@@ -243,21 +297,29 @@ class CardIndex:
 
     def rebuild(self, reason: str = "requested") -> None:
         """Rebuild the whole index from the store's hot cards."""
-        logger.info("rebuilding card index (%s)", reason)
-        self.last_rebuild_reason = reason
-        stamp = self.store.stamp()
-        rows = [tuple(r) for r in self.store.hot_rows()]
-        dim = self._ensure_dim()
-        index = new_faiss_index(dim, len(rows), self.config)
-        vecs = self._vectors_for(rows) if rows else np.zeros((0, dim), dtype=np.float32)
-        if len(vecs):
-            train_if_needed(index, vecs)
-            index.add_with_ids(vecs, np.array([r for r, _ in rows], dtype=np.int64))
-        elif not getattr(index, "is_trained", True):
-            index = new_faiss_index(dim, 0, IndexConfig(index_type="flat"))
-        self._index, self.seq = index, stamp["seq"]
-        self._dirty = True
-        self.save(force=True)
+        with self._lock:
+            logger.info("rebuilding card index (%s)", reason)
+            self.last_rebuild_reason = reason
+            stamp = self.store.stamp()
+            hot = self.store.hot_rows()
+            rows = [(r[0], r[1]) for r in hot]
+            dim = self._ensure_dim()
+            index = new_faiss_index(dim, len(rows), self.config)
+            vecs = self._vectors_for(rows) if rows else np.zeros((0, dim), dtype=np.float32)
+            if len(vecs):
+                train_if_needed(index, vecs)
+                index.add_with_ids(vecs, np.array([r for r, _ in rows], dtype=np.int64))
+            elif not getattr(index, "is_trained", True):
+                index = new_faiss_index(dim, 0, IndexConfig(index_type="flat"))
+            self._index, self.seq = index, stamp["seq"]
+            self._fill_members(hot)
+            self._dirty = True
+            self.save(force=True)
+
+    def _fill_members(self, hot: Sequence[tuple[int, int, str, str, str]] | None = None) -> None:
+        self.members = ScopeMembers()
+        for rowid, _, user_id, agent_id, session_id in (self.store.hot_rows() if hot is None else hot):
+            self.members.add(rowid, user_id, agent_id, session_id)
 
     def load(self) -> bool:
         """Load the persisted index if it is usable; returns False (with `last_rebuild_reason`) otherwise."""
@@ -284,29 +346,38 @@ class CardIndex:
         self._index, self.seq, self.dim = index, int(h["seq"]), int(header["dim"])
         if hasattr(index, "nprobe"):
             index.nprobe = self.config.nprobe
+        self._fill_members()  # the store's hot rows now; `sync` applies what changed since the file's seq
         self.last_rebuild_reason = None
         return True
 
     def sync(self) -> int:
         """Bring the index in step with the store (load, rebuild or catch up); returns rows applied."""
-        if self._index is None and not self.load():
-            self.rebuild(self.last_rebuild_reason or "missing")
-            return int(self._index.ntotal)
-        changed = self.store.changed_since(self.seq)
-        if not changed:
-            return 0
+        with self._lock:
+            if self._index is None and not self.load():
+                self.rebuild(self.last_rebuild_reason or "missing")
+                return int(self._index.ntotal)
+            changed = self.store.changed_since(self.seq)
+            if not changed:
+                return 0
+            return self._catch_up(changed)
+
+    def _catch_up(self, changed: Sequence[tuple[int, int, str, str, str, str]]) -> int:
         import faiss
 
-        latest: dict[int, tuple[int, str]] = {}
-        for rowid, seq, tier in changed:
-            latest[rowid] = (seq, tier)
+        latest: dict[int, tuple] = {}
+        for row in changed:
+            latest[row[0]] = row
         ids = np.array(list(latest), dtype=np.int64)
         self._index.remove_ids(faiss.IDSelectorArray(len(ids), faiss.swig_ptr(ids)))
-        hot = [(r, s) for r, (s, tier) in latest.items() if tier == "hot"]
+        hot = [(r, row[1]) for r, row in latest.items() if row[2] == "hot"]
+        for r, row in latest.items():
+            self.members.remove(r)
+            if row[2] == "hot":
+                self.members.add(r, row[3], row[4], row[5])
         if hot:
             vecs = self._vectors_for(hot)
             self._index.add_with_ids(vecs, np.array([r for r, _ in hot], dtype=np.int64))
-        self.seq = max(s for _, s, _ in changed)
+        self.seq = max(row[1] for row in changed)
         if self._index.ntotal != self.store.count("hot"):
             # a row changed under us between the two queries, or the file was older than it claimed
             self.rebuild("count mismatch after catch-up")
@@ -331,18 +402,44 @@ class CardIndex:
 
     # ------------------------------------------------------------------ search
 
-    def search(self, query_vec: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k rowids and cosine similarities for one unit-norm query vector."""
-        if self._index is None:
-            self.sync()
-        if self._index.ntotal == 0 or k <= 0:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
-        sims, ids = self._index.search(np.ascontiguousarray(query_vec.reshape(1, -1), dtype=np.float32), k)
+    def search(self, query_vec: np.ndarray, k: int, scope: Scope | None = DEFAULT_SCOPE,
+               session_id: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k rowids and cosine similarities for one unit-norm query vector, among the cards of `scope` (and
+        of its session `session_id` when given). `scope=None` searches every card: index maintenance only."""
+        with self._lock:
+            if self._index is None:
+                self.sync()
+            if self._index.ntotal == 0 or k <= 0:
+                return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+            q = np.ascontiguousarray(query_vec.reshape(1, -1), dtype=np.float32)
+            if scope is None:
+                sims, ids = self._index.search(q, k)
+            else:
+                mask = self.members.mask(scope, session_id)
+                n = int(mask.sum())
+                if n == 0:
+                    return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+                sims, ids = self._filtered_search(q, min(k, n), mask, n)
         keep = ids[0] >= 0
         return ids[0][keep], sims[0][keep]
 
-    def search_text(self, text: str, k: int) -> tuple[np.ndarray, np.ndarray]:
-        return self.search(self.query_vector(text), k)
+    def _filtered_search(self, q: np.ndarray, k: int, mask: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """FAISS search restricted to the rowids set in `mask` (an IDSelectorBitmap over rowids)."""
+        import faiss
+
+        bitmap = np.packbits(mask, bitorder="little")  # bit i of byte i>>3 = rowid i; must outlive the search
+        sel = faiss.IDSelectorBitmap(len(bitmap), faiss.swig_ptr(bitmap))
+        if hasattr(self._index, "nprobe"):
+            # widen the probe by how much of the index the scope is, so a small scope still fills k
+            nprobe = min(self._index.nlist, math.ceil(self._index.nprobe * self._index.ntotal / n))
+            params = faiss.SearchParametersIVF(sel=sel, nprobe=max(nprobe, self._index.nprobe))
+        else:
+            params = faiss.SearchParameters(sel=sel)
+        return self._index.search(q, k, params=params)
+
+    def search_text(self, text: str, k: int, scope: Scope | None = DEFAULT_SCOPE,
+                    session_id: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        return self.search(self.query_vector(text), k, scope, session_id)
 
     def query_vector(self, text: str) -> np.ndarray:
         """The unit embedding of a query, `(dim,)`; the last one is kept, so a valuer reusing the search's
@@ -351,16 +448,17 @@ class CardIndex:
             self._last_query = (text, self.encode([text])[0])
         return self._last_query[1]
 
-    def card_vectors(self, card_ids: Sequence[str]) -> np.ndarray:
-        """Unit embeddings of stored cards, `(n, dim)` in the given order (cached in SQLite; encoded when stale).
+    def card_vectors(self, card_ids: Sequence[str], scope: Scope = DEFAULT_SCOPE) -> np.ndarray:
+        """Unit embeddings of a scope's stored cards, `(n, dim)` in the given order (cached in SQLite; encoded
+        when stale).
 
         Raises:
-            KeyError: a card id the store does not hold.
+            KeyError: a card id the scope does not hold.
         """
-        rows = self.store.rows_for(card_ids)
+        rows = self.store.rows_for(card_ids, scope)
         missing = [c for c in card_ids if c not in rows]
         if missing:
-            raise KeyError(f"cards not in the store: {', '.join(missing[:5])}")
+            raise KeyError(f"cards not in scope {scope}: {', '.join(missing[:5])}")
         order = [rows[c] for c in card_ids]
         vecs = self._vectors_for(sorted(set(order)))
         at = {r: i for i, r in enumerate(sorted(set(order)))}

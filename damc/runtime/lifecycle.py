@@ -3,6 +3,8 @@
 Both work on a `DecisionAwareMemory` (its store and FAISS index) and are exposed as its methods
 `memory.archive(...)` and `memory.merge_similar(...)`. Cold cards stay expandable (`memory.expand`) but are
 never retrieved; a merged card keeps every id, number and error code of the cards it replaces.
+Both act on one scope (`damc.runtime.scope.Scope`) and never read or merge another's cards; merging stays
+within a session unless the memory shares sessions (a merged card must not carry one conversation into another).
 
 Example:
     >>> memory.archive(min_age_s=7 * 86400, max_value=0.2)
@@ -17,39 +19,42 @@ import time
 from typing import Any
 
 from damc.cards import Card, critical_atoms
+from damc.runtime.scope import DEFAULT_SCOPE, Scope
 from damc.templates import required_atoms
 
 logger = logging.getLogger(__name__)
 
 
 def archive(memory: Any, min_age_s: float = 7 * 86400, max_value: float = 0.2, *, keep_pinned: bool = True,
-            now: float | None = None) -> list[str]:
-    """Move cards older than `min_age_s` whose best value so far is ≤ `max_value` (never valued counts
+            now: float | None = None, scope: Scope = DEFAULT_SCOPE) -> list[str]:
+    """Move a scope's cards older than `min_age_s` whose best value so far is ≤ `max_value` (never valued counts
     as 0) to the cold tier and out of the FAISS index. Returns the archived card ids."""
     now = time.time() if now is None else now
-    ids = [cid for cid, t, vmax, pinned in memory.store.lifecycle_rows("hot")
+    ids = [cid for cid, t, vmax, pinned in memory.store.lifecycle_rows("hot", scope)
            if now - t >= min_age_s and (vmax or 0.0) <= max_value and not (keep_pinned and pinned)]
-    memory.store.set_tier(ids, "cold", now)
+    memory.store.set_tier(ids, "cold", now, scope=scope)
     if ids and memory.index.ntotal:
         memory.index.sync()
     logger.info("archived %d cards", len(ids))
     return ids
 
 
-def merge_similar(memory: Any, threshold: float = 0.92, *, neighbors: int = 16) -> list[Card]:
-    """Merge near-duplicate hot cards (cosine ≥ `threshold`, same kind and tool) into one card each.
+def merge_similar(memory: Any, threshold: float = 0.92, *, neighbors: int = 16, scope: Scope = DEFAULT_SCOPE,
+                  share_sessions: bool = False) -> list[Card]:
+    """Merge a scope's near-duplicate hot cards (cosine ≥ `threshold`, same kind and tool; same session unless
+    `share_sessions`) into one card each.
 
     The merged card is the newest member with `meta["merged_from"]` and `meta["atoms"]` (the union
     of every member's `critical_atoms` and required atoms; its raw text and template line carry them all); the members
     move to the cold tier. Returns the new cards.
     """
     memory.index.sync()
-    rows = [tuple(r) for r in memory.store.hot_rows()]
-    if len(rows) < 2:
+    hot = memory.store.all_cards("hot", scope)
+    if len(hot) < 2:
         return []
-    vecs = memory.index._vectors_for(rows)
-    rowids = [r for r, _ in rows]
-    by_row = {sc.rowid: sc for sc in memory.store.by_rowids(rowids)}
+    by_row = {sc.rowid: sc for sc in hot}
+    rowids = [sc.rowid for sc in hot]
+    vecs = memory.index._vectors_for([(sc.rowid, sc.seq) for sc in hot])
     parent = {r: r for r in rowids}
 
     def find(x: int) -> int:
@@ -59,11 +64,11 @@ def merge_similar(memory: Any, threshold: float = 0.92, *, neighbors: int = 16) 
         return x
 
     for i, r in enumerate(rowids):
-        ids, sims = memory.index.search(vecs[i], neighbors)
+        ids, sims = memory.index.search(vecs[i], neighbors, scope, None if share_sessions else by_row[r].session_id)
         a = by_row[r].card
         for r2, s in zip(ids, sims):
             r2 = int(r2)
-            if r2 == r or s < threshold or r2 not in by_row:
+            if r2 == r or s < threshold or r2 not in by_row:  # by_row holds this scope's hot cards only
                 continue
             b = by_row[r2].card
             if a.kind == b.kind and a.tool_name == b.tool_name:
@@ -89,8 +94,8 @@ def merge_similar(memory: Any, threshold: float = 0.92, *, neighbors: int = 16) 
             base.raw_text += f" [merged with {len(scs) - 1} similar: also " + ", ".join(missing) + "]"
         base.meta = {**(base.meta or {}), "merged_from": sources, "atoms": sorted(atoms)}
         base.n_tokens = memory.count_tokens(base.raw_text)
-        memory.store.add_cards([base], newest.session_id, [any(sc.pinned for sc in scs)])
-        memory.store.set_tier([sc.card.card_id for sc in scs], "cold")
+        memory.store.add_cards([base], newest.session_id, [any(sc.pinned for sc in scs)], scope=scope)
+        memory.store.set_tier([sc.card.card_id for sc in scs], "cold", scope=scope)
         merged.append(base)
     if merged:
         memory.index.sync()

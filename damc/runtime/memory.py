@@ -16,16 +16,22 @@
 Everything is explainable (`explain(context)`), expandable (`expand(card_id)`) and persisted when a
 `path` is given (the store survives restarts; the last context per session is kept for the CLI).
 
+Scopes (Mem0's convention): every card belongs to a `user_id` (default "default") and an optional `agent_id`;
+`session_id` is the conversation (Mem0's `run_id`). Set the memory's scope when opening it
+(`DecisionAwareMemory(path, user_id="alice")`) or per call (`build_context(..., user_id="bob")`). Retrieval,
+lifecycle, values, `explain` data and `expand` never cross a scope; within one, other sessions' cards are
+candidates only with `share_sessions=True`. `expand` of a card that only another scope holds raises
+`PermissionError`.
+
 Example:
-    >>> memory = DecisionAwareMemory("runs/mem")
-    >>> ctx = memory.build_context(messages, tools=tools)
+    >>> memory = DecisionAwareMemory("runs/mem", user_id="alice")
+    >>> ctx = memory.build_context(messages, tools=tools, session_id="chat-42")
     >>> reply = client.chat.completions.create(model=..., messages=ctx.messages)
     >>> print(memory.explain(ctx))
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -36,14 +42,15 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
-from damc.cards import Card, card_id as make_card_id, encode_messages, token_counter
-from damc.data.episodes import EpisodeFormatError
+from damc.cards import Card, card_id as make_card_id, token_counter
 from damc.query import render_decision_query
 from damc.runtime import lifecycle
 from damc.runtime.assemble import assemble, prompt_tokens, split_conversation
 from damc.runtime.compress import Compressor, TemplateCompressor
 from damc.runtime.context import Context, DroppedCard, SelectedCard
 from damc.runtime.index import CardIndex, IndexConfig
+from damc.runtime.ingest import MAX_CARD_CHARS, ingest_batch
+from damc.runtime.scope import DEFAULT_USER, Scope, tag_card
 from damc.runtime.select import Selector, Threshold, TopK, default_budget
 from damc.runtime.store import CardStore, StoreConfig, StoredCard
 from damc.runtime.valuers import CachedValuer, HeuristicValuer, ScorerValuer, Valuer, is_pinned
@@ -74,6 +81,10 @@ class MemoryConfig:
         encoder_backend: how the retrieval encoder runs: "onnx" (onnxruntime: the scorer's exported `encoder/`,
             else the packaged int8 all-MiniLM-L6-v2), "torch" (sentence-transformers) or "auto" (onnx when the
             scorer ships an encoder or torch is not installed — a light install —, torch otherwise).
+        user_id: default scope's user (Mem0 `user_id`); every card belongs to one scope.
+        agent_id: default scope's agent (None: the user's memory without an agent; scopes match exactly).
+        share_sessions: other sessions of the same scope are candidates too (off: a session sees its own cards).
+        max_card_chars: a card's text beyond this many characters is cut (recorded in `meta["truncated"]`).
     """
 
     session_id: str = "default"
@@ -87,6 +98,10 @@ class MemoryConfig:
     stamp_time: bool = True
     record: bool = True
     encoder_backend: str = "auto"
+    user_id: str = DEFAULT_USER
+    agent_id: str | None = None
+    share_sessions: bool = False
+    max_card_chars: int = MAX_CARD_CHARS
 
 
 def default_valuer(scorer: Any = None, config: MemoryConfig | None = None) -> Valuer:
@@ -116,8 +131,9 @@ def default_selector(valuer: Valuer) -> Selector:
 
 def with_age(sc: StoredCard, session_id: str, u: int) -> Card:
     """The candidate card with its age (`meta["age"]`: messages between its last message and the current user
-    turn `u`) when it belongs to the session being decided; cards of other sessions carry no age."""
-    card = sc.card
+    turn `u`) when it belongs to the session being decided (cards of other sessions carry no age), tagged with
+    its scope (`meta["scope"]`)."""
+    card = tag_card(sc.card, sc.scope)
     if sc.session_id == session_id:
         last = card.result_index if card.result_index is not None else card.position
         card.meta = {**(card.meta or {}), "age": max(0, u - last)}
@@ -126,28 +142,6 @@ def with_age(sc: StoredCard, session_id: str, u: int) -> Card:
 
 def _now_iso(t: float) -> str:
     return datetime.fromtimestamp(t, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _check_message(m: Any, i: int) -> None:
-    """Shape checks `encode_messages` does not do itself."""
-    if not isinstance(m, dict):
-        raise EpisodeFormatError(f"message {i} is a {type(m).__name__}", field=f"messages[{i}]",
-                                 expected="an OpenAI chat message (a dict with 'role')")
-    if "role" not in m:
-        raise EpisodeFormatError(f"message {i} has no role", field=f"messages[{i}].role",
-                                 expected="system|user|assistant|tool")
-    c = m.get("content")
-    if c is not None and not isinstance(c, (str, list)):
-        raise EpisodeFormatError(f"message {i} content is a {type(c).__name__}", field=f"messages[{i}].content",
-                                 expected="a string, a list of content parts or null")
-    calls = m.get("tool_calls")
-    if calls is not None and not isinstance(calls, list):
-        raise EpisodeFormatError(f"message {i} tool_calls is a {type(calls).__name__}",
-                                 field=f"messages[{i}].tool_calls", expected="a list of tool calls")
-    for j, call in enumerate(calls or []):
-        if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
-            raise EpisodeFormatError("tool call without a function object", field=f"messages[{i}].tool_calls[{j}]",
-                                     expected='{"id": ..., "type": "function", "function": {"name", "arguments"}}')
 
 
 class DecisionAwareMemory:
@@ -166,7 +160,10 @@ class DecisionAwareMemory:
         tokenizer: the decision model's tokenizer for token counts: a registry name / GGUF / tokenizer dir
             (read by `damc.tokens.load_token_counter`, no weights, no torch), a tokenizer object, or None (chars/4).
         context_window: the decision model's context window.
-        session_id: default session.
+        session_id: default session (the conversation).
+        user_id / agent_id: default scope (`MemoryConfig.user_id` / `agent_id`); every method also takes them
+            per call.
+        share_sessions: other sessions of the same scope are candidates too (default off).
         config: everything else (`MemoryConfig`); explicit arguments above override it.
         index_config / store_config: FAISS and SQLite settings.
     """
@@ -174,13 +171,15 @@ class DecisionAwareMemory:
     def __init__(self, path: str | os.PathLike | None = None, *, valuer: Valuer | None = None,
                  selector: Selector | None = None, compressor: Compressor | None = None, scorer: Any = None,
                  encoder: str | Any = "minilm-l6", tokenizer: str | Any | None = "smollm2-135m",
-                 context_window: int | None = None, session_id: str | None = None, config: MemoryConfig | None = None,
+                 context_window: int | None = None, session_id: str | None = None, user_id: str | None = None,
+                 agent_id: str | None = None, share_sessions: bool | None = None, config: MemoryConfig | None = None,
                  index_config: IndexConfig | None = None, store_config: StoreConfig | None = None):
         self.config = config or MemoryConfig()
-        if context_window is not None:
-            self.config.context_window = context_window
-        if session_id is not None:
-            self.config.session_id = session_id
+        for name, value in (("context_window", context_window), ("session_id", session_id), ("user_id", user_id),
+                            ("agent_id", agent_id), ("share_sessions", share_sessions)):
+            if value is not None:
+                setattr(self.config, name, value)
+        self.scope = Scope(self.config.user_id, self.config.agent_id)  # raises ValueError on a bad id
         db, faiss_path = self._paths(path)
         self.path = Path(path) if path else None
         self.store = CardStore(db, store_config)
@@ -202,6 +201,10 @@ class DecisionAwareMemory:
             return str(p), str(p.with_suffix(".faiss"))
         p.mkdir(parents=True, exist_ok=True)
         return str(p / "cards.db"), str(p / "cards.faiss")
+
+    def _scope(self, user_id: str | None, agent_id: str | None) -> Scope:
+        """The memory's scope with per-call ids overriding it."""
+        return Scope.of(user_id, agent_id, self.scope)
 
     # ------------------------------------------------------------------ tokens
 
@@ -233,15 +236,19 @@ class DecisionAwareMemory:
 
     # ------------------------------------------------------------------ ingestion
 
-    def add(self, message: dict[str, Any], session_id: str | None = None) -> list[str]:
+    def add(self, message: dict[str, Any], session_id: str | None = None, *, user_id: str | None = None,
+            agent_id: str | None = None) -> list[str]:
         """Record one OpenAI chat message; returns the ids of the cards written or updated."""
-        return self.add_messages([message], session_id)
+        return self.add_messages([message], session_id, user_id=user_id, agent_id=agent_id)
 
-    def add_messages(self, messages: Iterable[dict[str, Any]], session_id: str | None = None) -> list[str]:
-        """Record OpenAI chat messages in order (one transaction); returns the card ids written or updated.
+    def add_messages(self, messages: Iterable[dict[str, Any]], session_id: str | None = None, *,
+                     user_id: str | None = None, agent_id: str | None = None) -> list[str]:
+        """Record OpenAI chat messages in order (one transaction) in a scope's session; returns the card ids
+        written or updated.
 
         Tool calls become cards at once (status pending) and are merged with their result when the
-        `tool` message arrives, in this batch or a later one.
+        `tool` message arrives, in this batch or a later one. Text beyond `max_card_chars` is cut and the cut
+        recorded on the card (`meta["truncated"]`).
 
         Raises:
             EpisodeFormatError: a malformed message (says which message, which field, what was expected);
@@ -249,82 +256,47 @@ class DecisionAwareMemory:
         """
         msgs = list(messages)
         sid = session_id or self.config.session_id
+        scope = self._scope(user_id, agent_id)
         count = token_counter(self.tokenizer) if self.tokenizer is not None else None
         stamp = _now_iso(time.time()) if self.config.stamp_time else None
 
         def batch(state: dict[str, Any], get_card: Any) -> tuple[list[Card], list[bool], dict[str, Any], list[str]]:
-            i0 = state["n_messages"]
-            pending: dict[str, str] = dict(state["pending"])
-            touched: dict[str, Card] = {}
-            for off, m in enumerate(msgs):
-                i = i0 + off
-                _check_message(m, i)
-                if stamp and not m.get("timestamp"):
-                    m = {**m, "timestamp": stamp}
-                if m.get("role") == "tool":
-                    cid = m.get("tool_call_id")
-                    if not cid:
-                        raise EpisodeFormatError("tool message without tool_call_id", field=f"messages[{i}].tool_call_id",
-                                                 expected="the id of an earlier assistant tool call")
-                    if cid not in pending:
-                        raise EpisodeFormatError(f"tool result for unknown call {cid!r}",
-                                                 field=f"messages[{i}].tool_call_id",
-                                                 expected="the id of an earlier assistant tool call still awaiting "
-                                                          "its result (" + (", ".join(map(repr, pending)) or "none") + ")")
-                    card_key = pending.pop(cid)
-                    card = touched.get(card_key) or get_card(card_key)
-                    if card is None:  # the store lost it (should not happen): say so rather than guess
-                        raise EpisodeFormatError(f"the card of call {cid!r} is missing from the store",
-                                                 field=f"messages[{i}].tool_call_id")
-                    touched[card_key] = self._merge_result(card, m, i, count)
-                    continue
-                for card in encode_messages([m], sid, count_tokens=count, start_index=i):
-                    touched[card.card_id] = card
-                    if card.call_id and card.result_index is None:
-                        pending[card.call_id] = card.card_id
-            cards = list(touched.values())
-            new_state = {"n_messages": i0 + len(msgs), "pending": pending}
-            return cards, [is_pinned(c) for c in cards], new_state, [c.card_id for c in cards]
+            return ingest_batch(msgs, sid, state, get_card, count=count, stamp=stamp, is_pinned=is_pinned,
+                                max_chars=self.config.max_card_chars)
 
-        return self.store.ingest(sid, batch)
-
-    @staticmethod
-    def _merge_result(card: Card, tool_msg: dict[str, Any], index: int, count: Any) -> Card:
-        """Attach a tool result to its pending call card, with `encode_messages`'s own merge logic."""
-        call = {"id": card.call_id, "type": "function",
-                "function": {"name": card.tool_name, "arguments": json.dumps(card.arguments or {})}}
-        merged = encode_messages([{"role": "assistant", "content": None, "tool_calls": [call]}, tool_msg],
-                                 card.episode_id, count_tokens=count, start_index=index - 1)[0]
-        card.result, card.status, card.error, card.kind = merged.result, merged.status, merged.error, merged.kind
-        card.raw_text, card.n_tokens, card.result_index = merged.raw_text, merged.n_tokens, index
-        return card
+        return self.store.ingest(sid, batch, scope=scope)
 
     # ------------------------------------------------------------------ retrieval
 
-    def candidates(self, query: str, *, exclude_session: str | None = None, from_position: int | None = None
+    def candidates(self, query: str, *, session_id: str | None = None, from_position: int | None = None,
+                   user_id: str | None = None, agent_id: str | None = None
                    ) -> tuple[list[StoredCard], dict[str, list[str]]]:
         """Candidate cards for a query: FAISS top-N ∪ recent ∪ pinned (capped), and why each is one.
 
-        Cards of `exclude_session` at positions ≥ `from_position` (the current turn) are left out.
+        Only the scope's cards, and only the session's own unless `share_sessions`; the session's cards at
+        positions ≥ `from_position` (the current turn) are left out.
         """
         cfg = self.config
+        sid = session_id or cfg.session_id
+        scope = self._scope(user_id, agent_id)
+        only = None if cfg.share_sessions else sid
         self.index.sync()
-        rowids, _ = self.index.search_text(query, cfg.top_n) if cfg.top_n > 0 else (np.zeros(0, dtype=np.int64), None)
+        rowids, _ = self.index.search_text(query, cfg.top_n, scope, only) if cfg.top_n > 0 else ([], None)
         found: dict[str, StoredCard] = {}
         why: dict[str, list[str]] = {}
 
         def keep(sc: StoredCard) -> bool:
-            return not (exclude_session is not None and from_position is not None and
-                        sc.session_id == exclude_session and sc.card.position >= from_position)
+            return sc.tier == "hot" and sc.scope == scope and (only is None or sc.session_id == only) and not (
+                from_position is not None and sc.session_id == sid and sc.card.position >= from_position)
 
-        groups = [("similar", self.store.by_rowids([int(r) for r in rowids])),
-                  ("recent", self.store.recent(cfg.recent + 8) if cfg.recent > 0 else []),
-                  ("pinned", self.store.pinned(cfg.pinned + 8) if cfg.pinned > 0 else [])]
+        groups = [("similar", self.store.by_rowids([int(r) for r in rowids], scope)),
+                  ("recent", self.store.recent(cfg.recent + 8, scope=scope, session_id=only) if cfg.recent > 0 else []),
+                  ("pinned", self.store.pinned(cfg.pinned + 8, scope=scope, session_id=only) if cfg.pinned > 0 else [])]
         limits = {"similar": cfg.top_n, "recent": cfg.recent, "pinned": cfg.pinned}
         for name, group in groups:
             n = 0
             for sc in group:
-                if sc.tier != "hot" or not keep(sc) or n >= limits[name]:
+                if not keep(sc) or n >= limits[name]:
                     continue
                 n += 1
                 why.setdefault(sc.card.card_id, []).append(name)
@@ -339,7 +311,8 @@ class DecisionAwareMemory:
 
     # ------------------------------------------------------------------ build
 
-    def observe(self, messages: Sequence[dict[str, Any]], session_id: str | None = None) -> int:
+    def observe(self, messages: Sequence[dict[str, Any]], session_id: str | None = None, *,
+                user_id: str | None = None, agent_id: str | None = None) -> int:
         """Record the messages of a live conversation the store has not seen yet, up to its current user turn
         (that turn and after stay out: `build_context` keeps them verbatim), and embed the new cards.
 
@@ -347,17 +320,19 @@ class DecisionAwareMemory:
         spends nothing on ingestion). Returns the number of messages recorded.
         """
         sid = session_id or self.config.session_id
+        scope = self._scope(user_id, agent_id)
         msgs = list(messages)
         u = split_conversation(msgs)[3]
-        seen = self.store.session_state(sid)["n_messages"]
+        seen = self.store.session_state(sid, scope)["n_messages"]
         if seen < u:
-            self.add_messages(msgs[seen:u], sid)
+            self.add_messages(msgs[seen:u], sid, user_id=scope.user_id, agent_id=scope.agent_id)
         self.index.sync()
         return max(0, u - seen)
 
     def build_context(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None,
                       system: str | None = None, budget_tokens: int | None = None, *, session_id: str | None = None,
-                      now: float | None = None, valuer: Valuer | None = None, selector: Selector | None = None,
+                      user_id: str | None = None, agent_id: str | None = None, now: float | None = None,
+                      valuer: Valuer | None = None, selector: Selector | None = None,
                       compressor: Compressor | None = None) -> Context:
         """Assemble the prompt for the next decision: ingest → retrieve → value → select → compress → assemble.
 
@@ -369,28 +344,29 @@ class DecisionAwareMemory:
             system: system prompt (default: the conversation's own system message, else DAMC's default).
             budget_tokens: memory budget (default: `budget_fraction` of what the window has left).
             session_id: session of `messages` (default: the memory's).
+            user_id / agent_id: scope of the conversation (default: the memory's); only its cards are candidates.
             now: decision time in epoch seconds (default: now).
             valuer / selector / compressor: use these for this call instead of the memory's own (e.g. to
                 compare valuers on one store); the same retrieval, packing and assembly run either way.
         """
         t_start = time.perf_counter()
-        cfg = self.config
-        sid = session_id or cfg.session_id
+        sid = session_id or self.config.session_id
+        scope = self._scope(user_id, agent_id)
         now = time.time() if now is None else now
         valuer, selector = valuer or self.valuer, selector or self.selector
-        compressor = compressor or self.compressor
         msgs = list(messages)
         own_system, history, turn, u = split_conversation(msgs)
         system = system if system is not None else own_system
         timings: dict[str, float] = {}
 
         t = time.perf_counter()
-        self.observe(msgs, sid)
+        self.observe(msgs, sid, user_id=scope.user_id, agent_id=scope.agent_id)
         timings["ingest"] = (time.perf_counter() - t) * 1000
 
         t = time.perf_counter()
         query = render_decision_query(msgs, list(tools) if tools else None)
-        stored, why = self.candidates(query, exclude_session=sid, from_position=u)
+        stored, why = self.candidates(query, session_id=sid, from_position=u, user_id=scope.user_id,
+                                      agent_id=scope.agent_id)
         cards = [with_age(sc, sid, u) for sc in stored]
         timings["retrieve"] = (time.perf_counter() - t) * 1000
 
@@ -399,6 +375,25 @@ class DecisionAwareMemory:
         values = valuer.value(query, cards, now) if cards else np.zeros(0, dtype=np.float32)
         timings["value"] = (time.perf_counter() - t) * 1000
 
+        ctx = self._pack(query, stored, cards, values, why, (system, tools, history, turn), budget_tokens, now,
+                         selector, compressor or self.compressor, timings)
+        ctx.session_id, ctx.user_id, ctx.agent_id = sid, scope.user_id, scope.agent_id
+        ctx.n_hot = self.store.count("hot", scope)
+        ctx.valuer = getattr(valuer, "name", type(valuer).__name__)
+        ctx.timings_ms["total"] = (time.perf_counter() - t_start) * 1000
+        if self.config.record:
+            self.store.record_values({c.card_id: float(v) for c, v in zip(cards, values)}, scope)
+            self.store.save_context(sid, ctx.to_dict(), scope)
+        logger.debug("context for %s/%s: %d/%d cards kept, %d -> %d tokens, %.1f ms", scope, sid, len(ctx.selected),
+                     len(cards), ctx.tokens_before, ctx.tokens_after, ctx.timings_ms["total"])
+        return ctx
+
+    def _pack(self, query: str, stored: list[StoredCard], cards: list[Card], values: np.ndarray,
+              why: dict[str, list[str]], parts: tuple, budget_tokens: int | None, now: float, selector: Selector,
+              compressor: Compressor, timings: dict[str, float]) -> Context:
+        """select → compress → assemble over valued candidates; `parts` = (system, tools, history, turn)."""
+        system, tools, history, turn = parts
+        cfg = self.config
         t = time.perf_counter()
         base_tokens = self._prompt_tokens(assemble(system, tools, [], turn))
         budget = budget_tokens if budget_tokens is not None else \
@@ -418,7 +413,6 @@ class DecisionAwareMemory:
         tokens_after = self._prompt_tokens(out_msgs)
         tokens_before = self._prompt_tokens(assemble(system, tools, [], turn, history=history))
         timings["assemble"] = (time.perf_counter() - t) * 1000
-        timings["total"] = (time.perf_counter() - t_start) * 1000
 
         selected = [SelectedCard(cards[i].card_id, float(values[i]), float(sel.scores[i]), kept_tokens[j],
                                  cards[i].n_tokens, compressed[j].text, compressed[j].line, compressed[j].source,
@@ -426,26 +420,24 @@ class DecisionAwareMemory:
         dropped = [DroppedCard(cards[i].card_id, float(values[i]), float(sel.scores[i]), line_tokens[i],
                                cards[i].n_tokens, reason, why[cards[i].card_id])
                    for i, reason in sorted(sel.dropped.items(), key=lambda kv: -float(sel.scores[kv[0]]))]
-        ctx = Context(out_msgs, selected, dropped, query, budget, tokens_before, tokens_after, sum(kept_tokens),
-                      timings, len(cards), self.store.count("hot"), sid, getattr(valuer, "name", type(valuer).__name__),
-                      getattr(selector, "name", type(selector).__name__), turn)
-        if cfg.record:
-            self.store.record_values({c.card_id: float(v) for c, v in zip(cards, values)})
-            self.store.save_context(sid, ctx.to_dict())
-        logger.debug("context for %s: %d/%d cards kept, %d -> %d tokens, %.1f ms", sid, len(selected), len(cards),
-                     tokens_before, tokens_after, timings["total"])
-        return ctx
+        return Context(out_msgs, selected, dropped, query, budget, tokens_before, tokens_after, sum(kept_tokens),
+                       timings, len(cards), 0, cfg.session_id, "", getattr(selector, "name", type(selector).__name__),
+                       turn)
 
     # ------------------------------------------------------------------ inspection
 
-    def expand(self, card_id: str) -> Card:
-        """The raw card behind a `[card_id]` line (hot or archived).
+    def expand(self, card_id: str, *, user_id: str | None = None, agent_id: str | None = None) -> Card:
+        """The raw card behind a `[card_id]` line (hot or archived), in the memory's scope (or the one given).
 
         Raises:
-            KeyError: unknown card id.
+            PermissionError: the card belongs to another scope only.
+            KeyError: no scope holds a card with this id.
         """
-        card = self.store.get(card_id)
+        scope = self._scope(user_id, agent_id)
+        card = self.store.get(card_id, scope)
         if card is None:
+            if self.store.holds_elsewhere(card_id, scope):
+                raise PermissionError(f"card {card_id!r} belongs to another scope than {scope}")
             raise KeyError(f"no card {card_id!r} in this memory")
         return card
 
@@ -461,15 +453,18 @@ class DecisionAwareMemory:
     # ------------------------------------------------------------------ lifecycle
 
     def archive(self, min_age_s: float = 7 * 86400, max_value: float = 0.2, *, keep_pinned: bool = True,
-                now: float | None = None) -> list[str]:
-        """Move cards older than `min_age_s` whose best value so far is ≤ `max_value` to the cold tier
+                now: float | None = None, user_id: str | None = None, agent_id: str | None = None) -> list[str]:
+        """Move a scope's cards older than `min_age_s` whose best value so far is ≤ `max_value` to the cold tier
         (`damc.runtime.lifecycle.archive`). Returns the archived card ids."""
-        return lifecycle.archive(self, min_age_s, max_value, keep_pinned=keep_pinned, now=now)
+        return lifecycle.archive(self, min_age_s, max_value, keep_pinned=keep_pinned, now=now,
+                                 scope=self._scope(user_id, agent_id))
 
-    def merge_similar(self, threshold: float = 0.92, *, neighbors: int = 16) -> list[Card]:
-        """Merge near-duplicate hot cards into one card each, keeping every atom
+    def merge_similar(self, threshold: float = 0.92, *, neighbors: int = 16, user_id: str | None = None,
+                      agent_id: str | None = None) -> list[Card]:
+        """Merge a scope's near-duplicate hot cards into one card each, keeping every atom
         (`damc.runtime.lifecycle.merge_similar`). Returns the new cards."""
-        return lifecycle.merge_similar(self, threshold, neighbors=neighbors)
+        return lifecycle.merge_similar(self, threshold, neighbors=neighbors, scope=self._scope(user_id, agent_id),
+                                       share_sessions=self.config.share_sessions)
 
     # ------------------------------------------------------------------ housekeeping
 
@@ -488,7 +483,8 @@ class DecisionAwareMemory:
         self.close()
 
     def __len__(self) -> int:
-        return self.store.count("hot")
+        """Hot cards of the memory's scope."""
+        return self.store.count("hot", self.scope)
 
 
 __all__ = ["DecisionAwareMemory", "MemoryConfig", "Context", "SelectedCard", "DroppedCard", "default_valuer",

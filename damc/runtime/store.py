@@ -13,12 +13,19 @@ Durability and concurrency:
   records the highest `seq` it has seen, so staleness is one integer comparison.
 * Card embeddings are cached in the `embeddings` table (keyed by card rowid, `seq` and model), so a
   missing or corrupt FAISS file is rebuilt from SQLite without re-encoding.
-* `schema_version` records the layout; opening a store written by a newer layout raises.
+* `schema_version` records the layout (`damc.runtime.schema`); an older store is migrated on open, a newer
+  one raises.
+
+Scopes (`damc.runtime.scope.Scope`): every row carries `user_id` and `agent_id`, card ids are unique per scope,
+and every read that serves retrieval (`get`, `recent`, `pinned`, `by_rowids`, `rows_for`, `session_cards`,
+lifecycle rows, values, saved contexts) takes the scope and puts it in its `WHERE`. The few store-wide reads
+(`stamp`, `changed_since`, `hot_rows`, `all_cards(scope=None)`, `count(scope=None)`) serve the index and audits.
 
 Example:
     >>> store = CardStore("runs/mem/cards.db")
-    >>> store.add_cards(cards, session_id="s1")
-    >>> store.get("s1:3:0").tool_name
+    >>> alice = Scope("alice")
+    >>> store.add_cards(cards, session_id="s1", scope=alice)
+    >>> store.get("s1:3:0", alice).tool_name
     'get_order'
 """
 
@@ -38,52 +45,12 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from damc.cards import Card
+from damc.runtime import schema
+from damc.runtime.scope import DEFAULT_SCOPE, Scope
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS cards (
-    rowid INTEGER PRIMARY KEY AUTOINCREMENT,
-    card_id TEXT NOT NULL UNIQUE,
-    session_id TEXT NOT NULL,
-    position INTEGER NOT NULL,
-    kind TEXT NOT NULL,
-    tier TEXT NOT NULL DEFAULT 'hot',
-    pinned INTEGER NOT NULL DEFAULT 0,
-    n_tokens INTEGER NOT NULL DEFAULT 0,
-    t REAL NOT NULL,
-    seq INTEGER NOT NULL,
-    value_max REAL,
-    value_last REAL,
-    value_n INTEGER NOT NULL DEFAULT 0,
-    archived_at REAL,
-    data TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS cards_tier ON cards (tier, rowid);
-CREATE INDEX IF NOT EXISTS cards_pinned ON cards (pinned, tier, rowid);
-CREATE INDEX IF NOT EXISTS cards_seq ON cards (seq);
-CREATE INDEX IF NOT EXISTS cards_session ON cards (session_id, position);
-CREATE TABLE IF NOT EXISTS embeddings (
-    card_rowid INTEGER PRIMARY KEY,
-    seq INTEGER NOT NULL,
-    model TEXT NOT NULL,
-    vector BLOB NOT NULL
-);
-CREATE TABLE IF NOT EXISTS sessions (
-    session_id TEXT PRIMARY KEY,
-    n_messages INTEGER NOT NULL DEFAULT 0,
-    pending TEXT NOT NULL DEFAULT '{}'
-);
-CREATE TABLE IF NOT EXISTS contexts (
-    session_id TEXT PRIMARY KEY,
-    created REAL NOT NULL,
-    data TEXT NOT NULL
-);
-"""
+SCHEMA_VERSION = schema.SCHEMA_VERSION
 
 
 class StoreError(RuntimeError):
@@ -115,6 +82,7 @@ class StoredCard:
         pinned: errors and user constraints are pinned candidates.
         t: epoch seconds (card timestamp if it had one, else ingest time).
         seq: change counter of the last write to this row.
+        scope: whose card it is.
     """
 
     card: Card
@@ -124,6 +92,7 @@ class StoredCard:
     pinned: bool
     t: float
     seq: int
+    scope: Scope = DEFAULT_SCOPE
 
 
 def parse_time(ts: str | None) -> float | None:
@@ -134,7 +103,7 @@ def parse_time(ts: str | None) -> float | None:
 
     try:
         dt = datetime.fromisoformat(ts.replace("Z", "+00:00"))
-    except ValueError:
+    except (ValueError, TypeError, AttributeError):
         return None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
@@ -145,8 +114,15 @@ def _dumps(card: Card) -> str:
     return json.dumps(card.to_dict(), ensure_ascii=False, separators=(",", ":"))
 
 
+def _chunks(ids: Sequence[Any], n: int = 900) -> Iterator[list[Any]]:
+    """SQLite caps bound parameters: query long id lists 900 at a time."""
+    ids = list(ids)
+    for i in range(0, len(ids), n):
+        yield ids[i:i + n]
+
+
 class CardStore:
-    """Cards in SQLite (WAL, one transaction per write batch, hot/cold tiers).
+    """Cards in SQLite (WAL, one transaction per write batch, hot/cold tiers, one scope per row).
 
     Args:
         path: SQLite file path, or ":memory:" (one process, nothing persisted).
@@ -173,16 +149,22 @@ class CardStore:
                 logger.warning("SQLite refused WAL mode (got %s) for %s", mode, self.path)
         c.execute(f"PRAGMA synchronous={self.config.synchronous}")
         with self.transaction():
-            # statement by statement: executescript() would COMMIT our transaction
-            for stmt in _SCHEMA.split(";"):
-                if stmt.strip():
-                    c.execute(stmt)
-            row = c.execute("SELECT version FROM schema_version").fetchone()
-            if row is None:
-                c.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
-                c.execute("INSERT OR IGNORE INTO counters VALUES ('seq', 0)")
-            elif row[0] > SCHEMA_VERSION:
-                raise StoreError(f"{self.path} has schema version {row[0]}; this DAMC reads up to {SCHEMA_VERSION}")
+            self._open_schema(c)
+
+    def _open_schema(self, c: sqlite3.Connection) -> None:
+        """Create the layout in an empty file, migrate an older one, refuse a newer one (inside a transaction)."""
+        version = schema.stored_version(c)
+        if version is None:
+            schema.create(c)
+            c.execute("DELETE FROM schema_version")
+            c.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
+            c.execute("INSERT OR IGNORE INTO counters VALUES ('seq', 0)")
+        elif version > SCHEMA_VERSION:
+            raise StoreError(f"{self.path} has schema version {version}; this DAMC reads up to {SCHEMA_VERSION}")
+        while version is not None and version < SCHEMA_VERSION:
+            logger.info("migrating %s from schema version %d to %d", self.path, version, version + 1)
+            schema.MIGRATIONS[version](c)
+            version += 1
 
     # ------------------------------------------------------------------ plumbing
 
@@ -228,30 +210,33 @@ class CardStore:
     # ------------------------------------------------------------------ writes
 
     def _upsert(self, c: sqlite3.Connection, cards: Sequence[Card], session_id: str,
-                pinned: Sequence[bool] | None, now: float) -> list[int]:
+                pinned: Sequence[bool] | None, now: float, scope: Scope = DEFAULT_SCOPE) -> list[int]:
         seq0 = self._next_seq(c, len(cards))
         rowids = []
         for j, card in enumerate(cards):
             t = parse_time(card.timestamp) or now
             pin = int(bool(pinned[j])) if pinned is not None else 0
             row = c.execute(
-                "INSERT INTO cards (card_id, session_id, position, kind, tier, pinned, n_tokens, t, seq, data) "
-                "VALUES (?, ?, ?, ?, 'hot', ?, ?, ?, ?, ?) "
-                "ON CONFLICT(card_id) DO UPDATE SET kind=excluded.kind, pinned=max(pinned, excluded.pinned), "
-                "n_tokens=excluded.n_tokens, seq=excluded.seq, data=excluded.data RETURNING rowid",
-                (card.card_id, session_id, card.position, card.kind, pin, card.n_tokens, t, seq0 + j, _dumps(card)),
+                "INSERT INTO cards (user_id, agent_id, card_id, session_id, position, kind, tier, pinned, n_tokens, "
+                "t, seq, data) VALUES (?, ?, ?, ?, ?, ?, 'hot', ?, ?, ?, ?, ?) "
+                "ON CONFLICT(user_id, agent_id, card_id) DO UPDATE SET kind=excluded.kind, "
+                "pinned=max(pinned, excluded.pinned), n_tokens=excluded.n_tokens, seq=excluded.seq, "
+                "data=excluded.data RETURNING rowid",
+                (scope.user_id, scope.agent_key, card.card_id, session_id, card.position, card.kind, pin,
+                 card.n_tokens, t, seq0 + j, _dumps(card)),
             ).fetchone()
             rowids.append(row[0])
         return rowids
 
     def add_cards(self, cards: Sequence[Card], session_id: str | None = None,
-                  pinned: Sequence[bool] | None = None) -> list[int]:
-        """Insert cards (or update those whose `card_id` exists) in one transaction; returns their rowids.
+                  pinned: Sequence[bool] | None = None, *, scope: Scope = DEFAULT_SCOPE) -> list[int]:
+        """Insert cards (or update those whose `card_id` exists in the scope) in one transaction; returns rowids.
 
         Args:
             cards: cards to write.
             session_id: session tag (default: each card's `episode_id`).
             pinned: per card, whether it is a pinned candidate (errors, user constraints).
+            scope: whose cards they are.
         """
         if not cards:
             return []
@@ -261,75 +246,86 @@ class CardStore:
                 out = []
                 for card in cards:  # rare path (mixed sessions): still one transaction
                     out += self._upsert(c, [card], card.episode_id, None if pinned is None
-                                        else [pinned[len(out)]], now)
+                                        else [pinned[len(out)]], now, scope)
                 return out
-            return self._upsert(c, cards, session_id, pinned, now)
+            return self._upsert(c, cards, session_id, pinned, now, scope)
 
-    def ingest(self, session_id: str, fn: Any) -> Any:
+    def ingest(self, session_id: str, fn: Any, *, scope: Scope = DEFAULT_SCOPE) -> Any:
         """Run `fn(state, get_card) -> (cards, pinned, new_state, result)` inside one write transaction.
 
-        `state` is the session's `{"n_messages": int, "pending": {call_id: card_id}}`; the cards are
-        upserted and the new state saved atomically with them, so a crash never splits a batch from
-        the session counter. Returns `result`.
+        `state` is the session's `{"n_messages": int, "pending": {call_id: card_id}}` (sessions are keyed by
+        scope and session id); `get_card(card_id)` reads the scope's cards. The cards are upserted and the new
+        state saved atomically with them, so a crash never splits a batch from the session counter.
+        Returns `result`.
         """
         now = time.time()
+        key = (scope.user_id, scope.agent_key, session_id)
         with self.transaction() as c:
-            row = c.execute("SELECT n_messages, pending FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
+            row = c.execute("SELECT n_messages, pending FROM sessions WHERE user_id = ? AND agent_id = ? AND "
+                            "session_id = ?", key).fetchone()
             state = {"n_messages": row[0], "pending": json.loads(row[1])} if row else {"n_messages": 0, "pending": {}}
-            cards, pinned, new_state, result = fn(state, self._get_in_tx)
+            cards, pinned, new_state, result = fn(state, lambda cid: self._get_in_tx(cid, scope))
             if cards:
-                self._upsert(c, cards, session_id, pinned, now)
-            c.execute("INSERT INTO sessions (session_id, n_messages, pending) VALUES (?, ?, ?) "
-                      "ON CONFLICT(session_id) DO UPDATE SET n_messages=excluded.n_messages, pending=excluded.pending",
-                      (session_id, new_state["n_messages"], json.dumps(new_state["pending"])))
+                self._upsert(c, cards, session_id, pinned, now, scope)
+            c.execute("INSERT INTO sessions (user_id, agent_id, session_id, n_messages, pending) VALUES (?, ?, ?, ?, ?) "
+                      "ON CONFLICT(user_id, agent_id, session_id) DO UPDATE SET n_messages=excluded.n_messages, "
+                      "pending=excluded.pending", key + (new_state["n_messages"], json.dumps(new_state["pending"])))
             return result
 
-    def _get_in_tx(self, card_id: str) -> Card | None:
-        row = self._conn.execute("SELECT data FROM cards WHERE card_id = ?", (card_id,)).fetchone()
+    def _get_in_tx(self, card_id: str, scope: Scope) -> Card | None:
+        where, args = scope.where()
+        row = self._conn.execute(f"SELECT data FROM cards WHERE {where} AND card_id = ?", args + (card_id,)).fetchone()
         return Card.from_dict(json.loads(row[0])) if row else None
 
-    def session_state(self, session_id: str) -> dict[str, Any]:
-        rows = self._query("SELECT n_messages, pending FROM sessions WHERE session_id = ?", (session_id,))
+    def session_state(self, session_id: str, scope: Scope = DEFAULT_SCOPE) -> dict[str, Any]:
+        where, args = scope.where()
+        rows = self._query(f"SELECT n_messages, pending FROM sessions WHERE {where} AND session_id = ?",
+                           args + (session_id,))
         return {"n_messages": rows[0][0], "pending": json.loads(rows[0][1])} if rows else \
             {"n_messages": 0, "pending": {}}
 
-    def set_tier(self, card_ids: Sequence[str], tier: str, now: float | None = None) -> int:
-        """Move cards to `hot` or `cold` in one transaction; returns how many changed."""
+    def set_tier(self, card_ids: Sequence[str], tier: str, now: float | None = None, *,
+                 scope: Scope = DEFAULT_SCOPE) -> int:
+        """Move a scope's cards to `hot` or `cold` in one transaction; returns how many changed."""
         if tier not in ("hot", "cold"):
             raise ValueError(f"tier must be 'hot' or 'cold', got {tier!r}")
         if not card_ids:
             return 0
         now = time.time() if now is None else now
+        where, args = scope.where()
         with self.transaction() as c:
             seq0 = self._next_seq(c, len(card_ids))
             n = 0
             for j, cid in enumerate(card_ids):
-                n += c.execute("UPDATE cards SET tier = ?, seq = ?, archived_at = ? WHERE card_id = ? AND tier != ?",
-                               (tier, seq0 + j, now if tier == "cold" else None, cid, tier)).rowcount
+                n += c.execute(f"UPDATE cards SET tier = ?, seq = ?, archived_at = ? WHERE {where} AND card_id = ? "
+                               "AND tier != ?", (tier, seq0 + j, now if tier == "cold" else None) + args + (cid, tier)
+                               ).rowcount
             return n
 
-    def record_values(self, values: dict[str, float]) -> None:
+    def record_values(self, values: dict[str, float], scope: Scope = DEFAULT_SCOPE) -> None:
         """Remember the latest and maximum value each card got (for `archive`); does not bump `seq`."""
         if not values:
             return
+        where, args = scope.where()
         with self.transaction() as c:
-            c.executemany("UPDATE cards SET value_last = ?, value_max = max(coalesce(value_max, ?), ?), "
-                          "value_n = value_n + 1 WHERE card_id = ?",
-                          [(float(v), float(v), float(v), k) for k, v in values.items()])
+            c.executemany(f"UPDATE cards SET value_last = ?, value_max = max(coalesce(value_max, ?), ?), "
+                          f"value_n = value_n + 1 WHERE {where} AND card_id = ?",
+                          [(float(v), float(v), float(v)) + args + (k,) for k, v in values.items()])
 
-    def save_context(self, session_id: str, data: dict[str, Any]) -> None:
+    def save_context(self, session_id: str, data: dict[str, Any], scope: Scope = DEFAULT_SCOPE) -> None:
         """Keep the last built context of a session (for `scripts/explain.py`)."""
         with self.transaction() as c:
-            c.execute("INSERT INTO contexts VALUES (?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET "
-                      "created=excluded.created, data=excluded.data",
-                      (session_id, time.time(), json.dumps(data, ensure_ascii=False)))
+            c.execute("INSERT INTO contexts VALUES (?, ?, ?, ?, ?) ON CONFLICT(user_id, agent_id, session_id) "
+                      "DO UPDATE SET created=excluded.created, data=excluded.data",
+                      (scope.user_id, scope.agent_key, session_id, time.time(), json.dumps(data, ensure_ascii=False)))
 
-    def last_context(self, session_id: str | None = None) -> dict[str, Any] | None:
-        """The last saved context of a session (the most recent of any session when None)."""
+    def last_context(self, session_id: str | None = None, scope: Scope = DEFAULT_SCOPE) -> dict[str, Any] | None:
+        """The last saved context of a scope's session (the scope's most recent one when None)."""
+        where, args = scope.where()
         if session_id is None:
-            rows = self._query("SELECT data FROM contexts ORDER BY created DESC LIMIT 1")
+            rows = self._query(f"SELECT data FROM contexts WHERE {where} ORDER BY created DESC LIMIT 1", args)
         else:
-            rows = self._query("SELECT data FROM contexts WHERE session_id = ?", (session_id,))
+            rows = self._query(f"SELECT data FROM contexts WHERE {where} AND session_id = ?", args + (session_id,))
         return json.loads(rows[0][0]) if rows else None
 
     # ------------------------------------------------------------------ embeddings
@@ -345,9 +341,7 @@ class CardStore:
         """Cached embeddings whose seq and model still match, by rowid."""
         out: dict[int, np.ndarray] = {}
         want = dict(rows)
-        ids = list(want)
-        for i in range(0, len(ids), 900):
-            chunk = ids[i:i + 900]
+        for chunk in _chunks(list(want)):
             q = f"SELECT card_rowid, seq, model, vector FROM embeddings WHERE card_rowid IN ({','.join('?' * len(chunk))})"
             for r, s, m, blob in self._query(q, chunk):
                 if s == want[r] and m == model and len(blob) == 4 * dim:
@@ -356,72 +350,96 @@ class CardStore:
 
     # ------------------------------------------------------------------ reads
 
-    _COLS = "data, rowid, session_id, tier, pinned, t, seq"
+    _COLS = "data, rowid, session_id, tier, pinned, t, seq, user_id, agent_id"
 
     @staticmethod
     def _stored(row: tuple) -> StoredCard:
-        return StoredCard(Card.from_dict(json.loads(row[0])), row[1], row[2], row[3], bool(row[4]), row[5], row[6])
+        return StoredCard(Card.from_dict(json.loads(row[0])), row[1], row[2], row[3], bool(row[4]), row[5], row[6],
+                          Scope(row[7], row[8] or None))
 
-    def get(self, card_id: str) -> Card | None:
-        """The card with this id (any tier), exactly as written; None when unknown."""
-        rows = self._query("SELECT data FROM cards WHERE card_id = ?", (card_id,))
-        return Card.from_dict(json.loads(rows[0][0])) if rows else None
+    def get(self, card_id: str, scope: Scope = DEFAULT_SCOPE) -> Card | None:
+        """The scope's card with this id (any tier), exactly as written; None when the scope has none."""
+        sc = self.get_stored(card_id, scope)
+        return sc.card if sc else None
 
-    def get_stored(self, card_id: str) -> StoredCard | None:
-        rows = self._query(f"SELECT {self._COLS} FROM cards WHERE card_id = ?", (card_id,))
+    def get_stored(self, card_id: str, scope: Scope = DEFAULT_SCOPE) -> StoredCard | None:
+        where, args = scope.where()
+        rows = self._query(f"SELECT {self._COLS} FROM cards WHERE {where} AND card_id = ?", args + (card_id,))
         return self._stored(rows[0]) if rows else None
 
-    def rows_for(self, card_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
-        """`card_id -> (rowid, seq)` for the ids the store holds (any tier)."""
+    def holds_elsewhere(self, card_id: str, scope: Scope) -> bool:
+        """Whether a card with this id exists in some *other* scope (for `expand`'s PermissionError)."""
+        return bool(self._query("SELECT 1 FROM cards WHERE card_id = ? AND NOT (user_id = ? AND agent_id = ?) LIMIT 1",
+                                (card_id, scope.user_id, scope.agent_key)))
+
+    def rows_for(self, card_ids: Sequence[str], scope: Scope = DEFAULT_SCOPE) -> dict[str, tuple[int, int]]:
+        """`card_id -> (rowid, seq)` for the ids the scope holds (any tier)."""
         out: dict[str, tuple[int, int]] = {}
-        ids = list(dict.fromkeys(card_ids))
-        for i in range(0, len(ids), 900):
-            chunk = ids[i:i + 900]
-            for cid, r, s in self._query(f"SELECT card_id, rowid, seq FROM cards WHERE card_id IN "
-                                         f"({','.join('?' * len(chunk))})", chunk):
+        where, args = scope.where()
+        for chunk in _chunks(list(dict.fromkeys(card_ids))):
+            for cid, r, s in self._query(f"SELECT card_id, rowid, seq FROM cards WHERE {where} AND card_id IN "
+                                         f"({','.join('?' * len(chunk))})", args + tuple(chunk)):
                 out[cid] = (r, s)
         return out
 
-    def by_rowids(self, rowids: Sequence[int]) -> list[StoredCard]:
-        """Cards for these rowids, in the given order (unknown rowids are skipped)."""
+    def by_rowids(self, rowids: Sequence[int], scope: Scope | None) -> list[StoredCard]:
+        """Cards for these rowids, in the given order; rows of other scopes and unknown rowids are skipped.
+
+        `scope=None` reads any scope: index maintenance only (embedding rows), never retrieval.
+        """
         if not rowids:
             return []
         got: dict[int, StoredCard] = {}
-        ids = [int(r) for r in rowids]
-        for i in range(0, len(ids), 900):
-            chunk = ids[i:i + 900]
-            for row in self._query(f"SELECT {self._COLS} FROM cards WHERE rowid IN ({','.join('?' * len(chunk))})",
-                                   chunk):
+        where, args = scope.where() if scope is not None else ("1", ())
+        for chunk in _chunks([int(r) for r in rowids]):
+            for row in self._query(f"SELECT {self._COLS} FROM cards WHERE {where} AND rowid IN "
+                                   f"({','.join('?' * len(chunk))})", args + tuple(chunk)):
                 got[row[1]] = self._stored(row)
-        return [got[r] for r in ids if r in got]
+        return [got[int(r)] for r in rowids if int(r) in got]
 
-    def recent(self, n: int, tier: str = "hot") -> list[StoredCard]:
-        """The `n` most recently inserted cards of a tier, newest first."""
+    def _scoped(self, sql_where: str, args: tuple, scope: Scope, session_id: str | None, tail: str) -> list[StoredCard]:
+        where, sargs = scope.where()
+        if session_id is not None:
+            where, sargs = where + " AND session_id = ?", sargs + (session_id,)
         return [self._stored(r) for r in self._query(
-            f"SELECT {self._COLS} FROM cards WHERE tier = ? ORDER BY rowid DESC LIMIT ?", (tier, n))]
+            f"SELECT {self._COLS} FROM cards WHERE {where} AND {sql_where} {tail}", sargs + args)]
 
-    def pinned(self, n: int) -> list[StoredCard]:
-        """The `n` most recent pinned hot cards, newest first."""
-        return [self._stored(r) for r in self._query(
-            f"SELECT {self._COLS} FROM cards WHERE pinned = 1 AND tier = 'hot' ORDER BY rowid DESC LIMIT ?", (n,))]
+    def recent(self, n: int, tier: str = "hot", *, scope: Scope = DEFAULT_SCOPE,
+               session_id: str | None = None) -> list[StoredCard]:
+        """The `n` most recently inserted cards of a tier in a scope (one session of it when given), newest first."""
+        return self._scoped("tier = ?", (tier, n), scope, session_id, "ORDER BY rowid DESC LIMIT ?")
 
-    def session_cards(self, session_id: str, tier: str | None = None) -> list[StoredCard]:
+    def pinned(self, n: int, *, scope: Scope = DEFAULT_SCOPE, session_id: str | None = None) -> list[StoredCard]:
+        """The `n` most recent pinned hot cards of a scope (one session of it when given), newest first."""
+        return self._scoped("pinned = 1 AND tier = 'hot'", (n,), scope, session_id, "ORDER BY rowid DESC LIMIT ?")
+
+    def session_cards(self, session_id: str, tier: str | None = None, *,
+                      scope: Scope = DEFAULT_SCOPE) -> list[StoredCard]:
         """A session's cards in message order."""
-        sql = f"SELECT {self._COLS} FROM cards WHERE session_id = ?" + (" AND tier = ?" if tier else "")
-        args = (session_id, tier) if tier else (session_id,)
-        return [self._stored(r) for r in self._query(sql + " ORDER BY position, rowid", args)]
+        return self._scoped("tier = ?" if tier else "1", (tier,) if tier else (), scope, session_id,
+                            "ORDER BY position, rowid")
 
-    def all_cards(self, tier: str | None = "hot") -> list[StoredCard]:
-        sql = f"SELECT {self._COLS} FROM cards" + (" WHERE tier = ?" if tier else "") + " ORDER BY rowid"
-        return [self._stored(r) for r in self._query(sql, (tier,) if tier else ())]
+    def all_cards(self, tier: str | None = "hot", scope: Scope | None = None) -> list[StoredCard]:
+        """Every card of a tier (None: all tiers) of a scope (None: every scope — audits and tests, not retrieval)."""
+        conds, args = [], ()
+        if scope is not None:
+            w, args = scope.where()
+            conds.append(w)
+        if tier:
+            conds.append("tier = ?")
+            args = args + (tier,)
+        sql = f"SELECT {self._COLS} FROM cards" + (" WHERE " + " AND ".join(conds) if conds else "") + " ORDER BY rowid"
+        return [self._stored(r) for r in self._query(sql, args)]
 
-    def changed_since(self, seq: int) -> list[tuple[int, int, str]]:
-        """`(rowid, seq, tier)` of every row written after `seq`."""
-        return self._query("SELECT rowid, seq, tier FROM cards WHERE seq > ? ORDER BY seq", (seq,))
+    def changed_since(self, seq: int) -> list[tuple[int, int, str, str, str, str]]:
+        """`(rowid, seq, tier, user_id, agent_id, session_id)` of every row written after `seq`."""
+        return self._query("SELECT rowid, seq, tier, user_id, agent_id, session_id FROM cards WHERE seq > ? "
+                           "ORDER BY seq", (seq,))
 
-    def hot_rows(self) -> list[tuple[int, int]]:
-        """`(rowid, seq)` of every hot card."""
-        return self._query("SELECT rowid, seq FROM cards WHERE tier = 'hot' ORDER BY rowid")
+    def hot_rows(self) -> list[tuple[int, int, str, str, str]]:
+        """`(rowid, seq, user_id, agent_id, session_id)` of every hot card (index maintenance)."""
+        return self._query("SELECT rowid, seq, user_id, agent_id, session_id FROM cards WHERE tier = 'hot' "
+                           "ORDER BY rowid")
 
     def stamp(self) -> dict[str, int]:
         """What an index built now must match: hot card count, max rowid and the change counter."""
@@ -429,20 +447,29 @@ class CardStore:
         seq = self._query("SELECT value FROM counters WHERE name = 'seq'")[0][0]
         return {"count": n, "max_rowid": mx, "seq": seq}
 
-    def sum_tokens(self, session_id: str, before_position: int) -> int:
+    def sum_tokens(self, session_id: str, before_position: int, scope: Scope = DEFAULT_SCOPE) -> int:
         """Total `n_tokens` of a session's cards that start before a message index (any tier)."""
-        return self._query("SELECT coalesce(sum(n_tokens), 0) FROM cards WHERE session_id = ? AND position < ?",
-                           (session_id, before_position))[0][0]
+        where, args = scope.where()
+        return self._query(f"SELECT coalesce(sum(n_tokens), 0) FROM cards WHERE {where} AND session_id = ? AND "
+                           "position < ?", args + (session_id, before_position))[0][0]
 
-    def lifecycle_rows(self, tier: str = "hot") -> list[tuple[str, float, float | None, bool]]:
-        """`(card_id, t, value_max, pinned)` for lifecycle decisions."""
+    def lifecycle_rows(self, tier: str = "hot", scope: Scope = DEFAULT_SCOPE
+                       ) -> list[tuple[str, float, float | None, bool]]:
+        """`(card_id, t, value_max, pinned)` of a scope's cards, for lifecycle decisions."""
+        where, args = scope.where()
         return [(r[0], r[1], r[2], bool(r[3])) for r in self._query(
-            "SELECT card_id, t, value_max, pinned FROM cards WHERE tier = ?", (tier,))]
+            f"SELECT card_id, t, value_max, pinned FROM cards WHERE {where} AND tier = ?", args + (tier,))]
 
-    def count(self, tier: str | None = None) -> int:
-        if tier is None:
-            return self._query("SELECT count(*) FROM cards")[0][0]
-        return self._query("SELECT count(*) FROM cards WHERE tier = ?", (tier,))[0][0]
+    def count(self, tier: str | None = None, scope: Scope | None = None) -> int:
+        """Cards of a tier (None: all) in a scope (None: the whole store)."""
+        conds, args = ["1"], ()
+        if scope is not None:
+            w, args = scope.where()
+            conds.append(w)
+        if tier is not None:
+            conds.append("tier = ?")
+            args = args + (tier,)
+        return self._query("SELECT count(*) FROM cards WHERE " + " AND ".join(conds), args)[0][0]
 
     def integrity_check(self) -> str:
         return self._query("PRAGMA integrity_check")[0][0]

@@ -75,10 +75,11 @@ class HybridValuer(Valuer):
         return (self.weight * learned + (1.0 - self.weight) * prior).astype(np.float32)
 
 def card_hash(card: Card) -> str:
-    """Hash of what a valuer can see of a card: content and age (changes when a result arrives, a card is edited,
-    or the conversation moves on)."""
+    """Hash of what a valuer can see of a card: content, age (changes when a result arrives, a card is edited,
+    or the conversation moves on) and scope (one scope's cache entry is never another's)."""
     h = hashlib.blake2b(digest_size=12)
-    for part in (card.kind, card.status or "", card.raw_text, str((card.meta or {}).get("age"))):
+    meta = card.meta or {}
+    for part in (card.kind, card.status or "", card.raw_text, str(meta.get("age")), str(meta.get("scope"))):
         h.update(part.encode("utf-8", "surrogatepass"))
         h.update(b"\x00")
     return h.hexdigest()

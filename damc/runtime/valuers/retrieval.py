@@ -18,6 +18,7 @@ import numpy as np
 from damc.cards import Card
 from damc.query import card_document
 from damc.runtime.lexical import bm25_scores, bm25_tokens
+from damc.runtime.scope import scope_of
 from damc.runtime.valuers.base import Valuer
 from damc.runtime.valuers.heuristic import HeuristicValuer, query_body
 
@@ -54,7 +55,7 @@ class SimilarityValuer(Valuer):
             return np.zeros(0, dtype=np.float32)
         if self._memory is not None:
             q = self._memory.index.query_vector(query)                 # (dim,)
-            vecs = self._memory.index.card_vectors([c.card_id for c in cards])  # (n, dim)
+            vecs = self._memory.index.card_vectors([c.card_id for c in cards], scope_of(cards))  # (n, dim)
         else:
             q = self._encode([query])[0]
             vecs = self._encode([card_document(c) for c in cards])

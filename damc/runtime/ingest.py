@@ -1,0 +1,187 @@
+"""Ingestion: OpenAI chat messages → cards, checked, bounded and merged with their tool results.
+
+`ingest_batch(...)` is the function `DecisionAwareMemory.add_messages` runs inside one store transaction
+(`CardStore.ingest`): it validates every message (`check_message`, naming the message and field at fault),
+turns them into cards (`damc.cards.encode_messages`), merges a `tool` result into the card of its pending call
+(from this batch or an earlier one) and bounds every card (`bound_card`): text beyond `max_card_chars` is cut,
+lone surrogates (invalid UTF-8 that slipped into a str) are replaced, and the cut is recorded on the card as
+`meta["truncated"] = {"field": ..., "chars": original length, "kept": kept length}`.
+
+Example:
+    >>> memory.add_messages([{"role": "tool", "tool_call_id": "c1", "content": "x" * 10_000_000}])
+    >>> memory.expand("default:1:0").meta["truncated"]
+    {'field': 'content', 'chars': 10000000, 'kept': 65536}
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Sequence
+
+from damc.cards import Card, encode_messages
+from damc.data.episodes import EpisodeFormatError, message_text
+
+MAX_CARD_CHARS = 65_536  # per card text field; a 10 MB tool result becomes a 64 KiB card (the rest is counted)
+
+
+def check_message(m: Any, i: int) -> None:
+    """Shape checks `encode_messages` does not do itself.
+
+    Raises:
+        EpisodeFormatError: names `messages[i]` and the field at fault.
+    """
+    if not isinstance(m, dict):
+        raise EpisodeFormatError(f"message {i} is a {type(m).__name__}", field=f"messages[{i}]",
+                                 expected="an OpenAI chat message (a dict with 'role')")
+    if "role" not in m:
+        raise EpisodeFormatError(f"message {i} has no role", field=f"messages[{i}].role",
+                                 expected="system|user|assistant|tool")
+    c = m.get("content")
+    if c is not None and not isinstance(c, (str, list)):
+        raise EpisodeFormatError(f"message {i} content is a {type(c).__name__}", field=f"messages[{i}].content",
+                                 expected="a string, a list of content parts or null")
+    for j, part in enumerate(c if isinstance(c, list) else []):
+        if not isinstance(part, (str, dict)) or (isinstance(part, dict) and not isinstance(part.get("text", ""), str)):
+            raise EpisodeFormatError(f"message {i} content part {j} is not text", field=f"messages[{i}].content[{j}]",
+                                     expected='a string or {"type": "text", "text": "..."}')
+    calls = m.get("tool_calls")
+    if calls is not None and not isinstance(calls, list):
+        raise EpisodeFormatError(f"message {i} tool_calls is a {type(calls).__name__}",
+                                 field=f"messages[{i}].tool_calls", expected="a list of tool calls")
+    for j, call in enumerate(calls or []):
+        if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
+            raise EpisodeFormatError("tool call without a function object", field=f"messages[{i}].tool_calls[{j}]",
+                                     expected='{"id": ..., "type": "function", "function": {"name", "arguments"}}')
+        args = call["function"].get("arguments", "{}")
+        if args is not None and not isinstance(args, (str, dict)):
+            raise EpisodeFormatError(f"arguments are a {type(args).__name__}",
+                                     field=f"messages[{i}].tool_calls[{j}].function.arguments",
+                                     expected="a JSON object encoded as a string")
+        if not isinstance(call["function"].get("name"), str):
+            raise EpisodeFormatError("tool call without a function name",
+                                     field=f"messages[{i}].tool_calls[{j}].function.name", expected="a string")
+    tcid = m.get("tool_call_id")
+    if tcid is not None and not isinstance(tcid, str):
+        raise EpisodeFormatError(f"tool_call_id is a {type(tcid).__name__}", field=f"messages[{i}].tool_call_id",
+                                 expected="the id (a string) of an earlier assistant tool call")
+
+
+def clean_text(s: Any) -> Any:
+    """`s` with lone surrogates (undecodable bytes smuggled into a str, or JSON `\\ud800` escapes) replaced by
+    U+FFFD, recursively through dicts and lists; anything else unchanged."""
+    if isinstance(s, str):
+        try:
+            s.encode("utf-8")
+            return s
+        except UnicodeEncodeError:
+            return s.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(s, dict):
+        return {clean_text(k): clean_text(v) for k, v in s.items()}
+    if isinstance(s, list):
+        return [clean_text(v) for v in s]
+    return s
+
+
+def bound_card(card: Card, max_chars: int = MAX_CARD_CHARS) -> Card:
+    """Clean a card's text (lone surrogates) and cut its raw text and string result to `max_chars`, recording the
+    cut on the card (`meta["truncated"]`). A parsed (JSON) result too large to keep is stored as its cut text."""
+    card.raw_text, card.result, card.arguments = (clean_text(card.raw_text), clean_text(card.result),
+                                                  clean_text(card.arguments))
+    if isinstance(card.result, (dict, list)):
+        text = json.dumps(card.result, ensure_ascii=False)
+        if len(text) > max_chars:
+            card.result = text
+    cuts: dict[str, Any] = {}
+    for field in ("raw_text", "result"):
+        value = getattr(card, field)
+        if isinstance(value, str) and len(value) > max_chars:
+            cuts.setdefault("field", field)
+            cuts[f"{field}_chars"] = len(value)
+            setattr(card, field, value[:max_chars])
+    if cuts and not (card.meta or {}).get("truncated"):  # a cut at the message level is already recorded
+        field = cuts["field"]
+        card.meta = {**(card.meta or {}), "truncated": {"field": field, "chars": cuts[f"{field}_chars"],
+                                                        "kept": max_chars, **cuts}}
+    return card
+
+
+def bound_message(m: dict[str, Any], max_chars: int = MAX_CARD_CHARS) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The message with its text content cleaned and cut to `max_chars` *before* it is parsed and tokenized (a
+    10 MB tool result is never tokenized whole), and a record of the cut (None when nothing was cut)."""
+    c = m.get("content")
+    if isinstance(c, list):
+        c = message_text(m)
+    if not isinstance(c, str):
+        return m, None
+    text, info = clean_text(c), None
+    if len(text) > max_chars:
+        info = {"field": "content", "chars": len(text), "kept": max_chars}
+        text = text[:max_chars]
+    return ({**m, "content": text} if text != m.get("content") else m), info
+
+
+def _record_cut(card: Card, info: dict[str, Any] | None) -> None:
+    if info:
+        card.meta = {**(card.meta or {}), "truncated": dict(info)}
+
+
+def merge_result(card: Card, tool_msg: dict[str, Any], index: int, count: Any) -> Card:
+    """Attach a tool result to its pending call card, with `encode_messages`'s own merge logic."""
+    call = {"id": card.call_id, "type": "function",
+            "function": {"name": card.tool_name, "arguments": json.dumps(card.arguments or {})}}
+    merged = encode_messages([{"role": "assistant", "content": None, "tool_calls": [call]}, tool_msg],
+                             card.episode_id, count_tokens=count, start_index=index - 1)[0]
+    card.result, card.status, card.error, card.kind = merged.result, merged.status, merged.error, merged.kind
+    card.raw_text, card.n_tokens, card.result_index = merged.raw_text, merged.n_tokens, index
+    return card
+
+
+def _tool_result(m: dict[str, Any], i: int, pending: dict[str, str], touched: dict[str, Card],
+                 get_card: Callable[[str], Card | None], count: Any) -> Card:
+    cid = m.get("tool_call_id")
+    if not cid:
+        raise EpisodeFormatError("tool message without tool_call_id", field=f"messages[{i}].tool_call_id",
+                                 expected="the id of an earlier assistant tool call")
+    if cid not in pending:
+        raise EpisodeFormatError(f"tool result for unknown call {cid[:80]!r}", field=f"messages[{i}].tool_call_id",
+                                 expected="the id of an earlier assistant tool call still awaiting its result ("
+                                          + (", ".join(map(repr, list(pending)[:10])) or "none") + ")")
+    card_key = pending.pop(cid)
+    card = touched.get(card_key) or get_card(card_key)
+    if card is None:  # the store lost it (should not happen): say so rather than guess
+        raise EpisodeFormatError(f"the card of call {cid!r} is missing from the store",
+                                 field=f"messages[{i}].tool_call_id")
+    touched[card_key] = merge_result(card, m, i, count)
+    return touched[card_key]
+
+
+def ingest_batch(msgs: Sequence[Any], session_id: str, state: dict[str, Any], get_card: Callable[[str], Card | None],
+                 *, count: Any = None, stamp: str | None = None, is_pinned: Callable[[Card], bool],
+                 max_chars: int = MAX_CARD_CHARS) -> tuple[list[Card], list[bool], dict[str, Any], list[str]]:
+    """The body of one `CardStore.ingest` transaction: `(cards, pinned, new_state, card_ids)`.
+
+    Raises:
+        EpisodeFormatError: a malformed message (nothing of the batch is written).
+    """
+    i0 = state["n_messages"]
+    if count is not None:  # tokenizers choke on lone surrogates: count the cleaned text
+        count = (lambda c: lambda t: c(clean_text(t)))(count)
+    pending: dict[str, str] = dict(state["pending"])
+    touched: dict[str, Card] = {}
+    for off, m in enumerate(msgs):
+        i = i0 + off
+        check_message(m, i)
+        if stamp and not m.get("timestamp"):
+            m = {**m, "timestamp": stamp}
+        m, cut = bound_message(m, max_chars)
+        if m.get("role") == "tool":
+            _record_cut(_tool_result(m, i, pending, touched, get_card, count), cut)
+            continue
+        for card in encode_messages([m], session_id, count_tokens=count, start_index=i):
+            _record_cut(card, cut)
+            touched[card.card_id] = card
+            if card.call_id and card.result_index is None:
+                pending[card.call_id] = card.card_id
+    cards = [bound_card(c, max_chars) for c in touched.values()]
+    new_state = {"n_messages": i0 + len(msgs), "pending": pending}
+    return cards, [is_pinned(c) for c in cards], new_state, [c.card_id for c in cards]

@@ -1,0 +1,113 @@
+"""The SQLite layout of the card store, and the migrations that bring older stores up to it.
+
+`SCHEMA_VERSION` is stored in the database (`schema_version` table). `CardStore` creates the layout in an
+empty file, migrates an older one in place on open (one transaction: a crash leaves the old layout intact),
+and refuses a newer one.
+
+Versions:
+    1. cards, sessions, contexts keyed by card id / session id alone.
+    2. every row carries its scope (`user_id`, `agent_id`; "" = no agent): card ids are unique per scope,
+       sessions and saved contexts are keyed by (scope, session). v1 rows land in the default scope.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+
+logger = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 2  # 1: no scopes; 2: every row carries (user_id, agent_id), card ids unique per scope
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS cards (
+    rowid INTEGER PRIMARY KEY AUTOINCREMENT,
+    user_id TEXT NOT NULL DEFAULT 'default',
+    agent_id TEXT NOT NULL DEFAULT '',
+    card_id TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    tier TEXT NOT NULL DEFAULT 'hot',
+    pinned INTEGER NOT NULL DEFAULT 0,
+    n_tokens INTEGER NOT NULL DEFAULT 0,
+    t REAL NOT NULL,
+    seq INTEGER NOT NULL,
+    value_max REAL,
+    value_last REAL,
+    value_n INTEGER NOT NULL DEFAULT 0,
+    archived_at REAL,
+    data TEXT NOT NULL,
+    UNIQUE (user_id, agent_id, card_id)
+);
+CREATE INDEX IF NOT EXISTS cards_scope_tier ON cards (user_id, agent_id, tier, rowid);
+CREATE INDEX IF NOT EXISTS cards_scope_pinned ON cards (user_id, agent_id, pinned, tier, rowid);
+CREATE INDEX IF NOT EXISTS cards_seq ON cards (seq);
+CREATE INDEX IF NOT EXISTS cards_scope_session ON cards (user_id, agent_id, session_id, position);
+CREATE TABLE IF NOT EXISTS embeddings (
+    card_rowid INTEGER PRIMARY KEY,
+    seq INTEGER NOT NULL,
+    model TEXT NOT NULL,
+    vector BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS sessions (
+    user_id TEXT NOT NULL DEFAULT 'default',
+    agent_id TEXT NOT NULL DEFAULT '',
+    session_id TEXT NOT NULL,
+    n_messages INTEGER NOT NULL DEFAULT 0,
+    pending TEXT NOT NULL DEFAULT '{}',
+    PRIMARY KEY (user_id, agent_id, session_id)
+);
+CREATE TABLE IF NOT EXISTS contexts (
+    user_id TEXT NOT NULL DEFAULT 'default',
+    agent_id TEXT NOT NULL DEFAULT '',
+    session_id TEXT NOT NULL,
+    created REAL NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (user_id, agent_id, session_id)
+);
+"""
+
+# v1 -> v2: the v1 tables are renamed aside, recreated with scope columns (every old row lands in the default
+# scope, rowids kept, so FAISS ids and cached embeddings stay valid), copied and dropped — in one transaction.
+_V1_COLUMNS = {
+    "cards": "rowid, card_id, session_id, position, kind, tier, pinned, n_tokens, t, seq, value_max, value_last, "
+             "value_n, archived_at, data",
+    "sessions": "session_id, n_messages, pending",
+    "contexts": "session_id, created, data",
+}
+_V1_INDEXES = ("cards_tier", "cards_pinned", "cards_seq", "cards_session")
+
+
+def create(c: sqlite3.Connection) -> None:
+    """Create the current layout (statement by statement: `executescript()` would COMMIT the caller's
+    transaction)."""
+    for stmt in SCHEMA.split(";"):
+        if stmt.strip():
+            c.execute(stmt)
+
+
+def stored_version(c: sqlite3.Connection) -> int | None:
+    """The schema version recorded in the file; None for an empty file."""
+    if c.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'").fetchone() is None:
+        return None
+    row = c.execute("SELECT version FROM schema_version").fetchone()
+    return None if row is None else int(row[0])
+
+
+def migrate_v1_to_v2(c: sqlite3.Connection) -> None:
+    """Add scopes to a v1 store inside the caller's transaction (rowids, seq numbers and embeddings are kept)."""
+    for name in _V1_INDEXES:
+        c.execute(f"DROP INDEX IF EXISTS {name}")
+    for table in _V1_COLUMNS:
+        c.execute(f"ALTER TABLE {table} RENAME TO {table}_v1")
+    create(c)
+    for table, cols in _V1_COLUMNS.items():
+        c.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {table}_v1")
+        c.execute(f"DROP TABLE {table}_v1")
+    c.execute("UPDATE schema_version SET version = 2")
+
+
+MIGRATIONS = {1: migrate_v1_to_v2}  # from version -> function bringing it to version + 1
