@@ -99,9 +99,9 @@ def main() -> dict[str, Any]:
         py = make_venv(work / name, wheel, full)
         results[name] = measure(py, args.runs, cwd=work)  # cwd outside the checkout: the installed damc is timed
     rows = ["site_packages_mb", "without_model_packages_mb", *TIMED, *(f"{k}: torch imported" for k in TIMED)]
-    print(f"{'':<44} {'light: pip install damc':>24} {'full: damc[' + EXTRAS + ']':>30}")
+    print(f"{'':<44} {'light: pip install damc':>24} {'full: damc[' + EXTRAS + ']':>34}")
     for row in rows:
-        print(f"{row:<44} {str(results['light'][row]):>24} {str(results['full'][row]):>30}")
+        print(f"{row:<44} {str(results['light'][row]):>24} {str(results['full'][row]):>34}")
     print(json.dumps({"wheel": wheel.name, "work": str(work), **results}))
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)

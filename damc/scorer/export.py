@@ -71,23 +71,26 @@ def quantize_int8(src: Path, dst: Path) -> Path:
 
 
 def quantize_weights_int8(src: Path, dst: Path, min_elements: int = 4096) -> Path:
-    """Weight-only int8: every 2-D fp32 initializer of ≥ `min_elements` (linear weights, embeddings) is stored as
-    int8 with one fp32 scale per row (symmetric) and dequantised in the graph (`Cast` + `Mul`, folded by
-    onnxruntime at load), so the file is 4x smaller and activations stay fp32. Dynamic int8 (`quantize_int8`)
-    costs MiniLM's sentence embeddings too much (cosine 0.90-0.97 vs 0.997+ here)."""
+    """Weight-only int8: every 2-D fp32 initializer of ≥ `min_elements` (linear weights, embedding tables) is stored
+    as int8 with symmetric fp32 scales — one per output channel (a MatMul weight's column, an embedding table's
+    row) — and dequantised in the graph (`Cast` + `Mul`, folded by onnxruntime at load): the file is 4x smaller
+    and activations stay fp32. Dynamic int8 (`quantize_int8`) costs MiniLM's sentence embeddings too much
+    (cosine 0.90-0.97 to sentence-transformers on real cards, 0.999 here)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     model = onnx.load(str(src))
     graph = model.graph
+    tables = {n.input[0] for n in graph.node if n.op_type == "Gather"}  # embedding lookups: one scale per row
     keep, dequant = [], []
     for init in graph.initializer:
         w = numpy_helper.to_array(init)
         if w.dtype != np.float32 or w.ndim != 2 or w.size < min_elements:
             keep.append(init)
             continue
-        scale = (np.maximum(np.abs(w).max(axis=1, keepdims=True), 1e-12) / 127.0).astype(np.float32)  # (rows, 1)
-        q = np.clip(np.round(w / scale), -127, 127).astype(np.int8)                                   # (rows, cols)
+        axis = 1 if init.name in tables else 0  # reduce over the input dim: (rows, 1) or (1, cols) scales
+        scale = (np.maximum(np.abs(w).max(axis=axis, keepdims=True), 1e-12) / 127.0).astype(np.float32)
+        q = np.clip(np.round(w / scale), -127, 127).astype(np.int8)                     # (rows, cols)
         keep += [numpy_helper.from_array(q, f"{init.name}_int8"), numpy_helper.from_array(scale, f"{init.name}_scale")]
         dequant += [helper.make_node("Cast", [f"{init.name}_int8"], [f"{init.name}_fp32"], to=TensorProto.FLOAT),
                     helper.make_node("Mul", [f"{init.name}_fp32", f"{init.name}_scale"], [init.name])]
