@@ -2,12 +2,17 @@
 
     python scripts/bench_memory.py                       # all three, 2 threads, figures for docs/runtime.md
     python scripts/bench_memory.py --scorer artifacts/scorer --cards 10000 --faiss-n 1000000
+    python scripts/bench_memory.py --scoped --ingest 0 --skip-context       # scope-filtered FAISS at 1M cards
+    python scripts/bench_memory.py --concurrent 4 --ingest 0 --skip-context --faiss-n 0   # load on one store
 
 1. build_context overhead (p50/p95 of `Context.timings_ms["total"]`, per stage too) with `--cards` cards
    in the store and the scorer valuing `--candidates` candidates per decision (a CardScorer from
    `--scorer`, else a CrossEncoder initialised from minilm-l6 — same architecture and input length).
 2. FAISS retrieval p50/p95 over `--faiss-n` random unit vectors of the encoder's dimension (IVF-Flat).
 3. Ingest: cards/second into the SQLite store (embedding excluded), and with embedding (index sync).
+4. `--scoped`: scope-filtered FAISS search (the runtime's IDSelectorBitmap path) vs one index per scope.
+5. `--concurrent N`: N threads, then N processes, each driving its own session against one store directory
+   (`damc.runtime.loadtest`): throughput, build_context p50/p95, and an exact read-back check.
 Prints one JSON object with every figure.
 """
 
@@ -246,6 +251,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if not args.skip_context:
         out["build_context"] = bench_context(args.cards, args.candidates, args.decisions, args.scorer, rng,
                                                args.scorer_dtype, args.scorer_backend, args.max_batch_tokens or None)
+    if args.concurrent:
+        from damc.runtime.loadtest import run_concurrent
+
+        out["concurrent"] = []
+        for mode in ("threads", "processes"):
+            with tempfile.TemporaryDirectory() as d:
+                out["concurrent"].append(run_concurrent(d, args.concurrent, mode, args.concurrent_turns))
     if args.scoped:
         out["faiss_scoped"] = bench_faiss_scoped(args.faiss_n, 384, args.faiss_queries, args.nlist, args.nprobe)
     elif args.faiss_n:
