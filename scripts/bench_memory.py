@@ -2,12 +2,17 @@
 
     python scripts/bench_memory.py                       # all three, 2 threads, figures for docs/runtime.md
     python scripts/bench_memory.py --scorer artifacts/scorer --cards 10000 --faiss-n 1000000
+    python scripts/bench_memory.py --scoped --ingest 0 --skip-context       # scope-filtered FAISS at 1M cards
+    python scripts/bench_memory.py --concurrent 4 --ingest 0 --skip-context --faiss-n 0   # load on one store
 
 1. build_context overhead (p50/p95 of `Context.timings_ms["total"]`, per stage too) with `--cards` cards
    in the store and the scorer valuing `--candidates` candidates per decision (a CardScorer from
    `--scorer`, else a CrossEncoder initialised from minilm-l6 — same architecture and input length).
 2. FAISS retrieval p50/p95 over `--faiss-n` random unit vectors of the encoder's dimension (IVF-Flat).
 3. Ingest: cards/second into the SQLite store (embedding excluded), and with embedding (index sync).
+4. `--scoped`: scope-filtered FAISS search (the runtime's IDSelectorBitmap path) vs one index per scope.
+5. `--concurrent N`: N threads, then N processes, each driving its own session against one store directory
+   (`damc.runtime.loadtest`): throughput, build_context p50/p95, and an exact read-back check.
 Prints one JSON object with every figure.
 """
 
@@ -158,6 +163,58 @@ def bench_faiss(n: int, dim: int, queries: int, nlist: int, nprobe: int) -> dict
             "add_s": round(t_add, 1), "search_ms_k30": _pct(lat), "planted_recall_at_30": recall, "threads": faiss.omp_get_max_threads()}
 
 
+def bench_faiss_scoped(n: int, dim: int, queries: int, nlist: int, nprobe: int,
+                       sizes: tuple[int, ...] = (1_000, 10_000, 100_000)) -> dict[str, Any]:
+    """Scope-filtered retrieval at `n` cards: the runtime's path (one IVF index, `CardIndex.search` with an
+    IDSelectorBitmap and widened nprobe) vs one exact index per scope, for scopes of `sizes` cards (the rest of
+    the `n` cards belong to one big scope). Recall@30 is of the planted neighbour (each query is a noisy copy of a member)."""
+    import faiss
+
+    from damc.runtime.index import CardIndex, IndexConfig, ScopeMembers, new_faiss_index, train_if_needed
+    from damc.runtime.scope import Scope
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, dim), dtype=np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    ivf = new_faiss_index(dim, n, IndexConfig(index_type="ivf", nlist=nlist, nprobe=nprobe))
+    train_if_needed(ivf, x)
+    for i in range(0, n, 100_000):
+        ivf.add_with_ids(x[i:i + 100_000], np.arange(i, min(i + 100_000, n), dtype=np.int64))
+    idx = CardIndex(None, encoder=None, config=IndexConfig(index_type="ivf", nlist=nlist, nprobe=nprobe))
+    idx._index, idx.members = ivf, ScopeMembers()
+    owner = np.full(n, len(sizes), dtype=np.int32)                 # the big scope owns what the small ones don't
+    perm = rng.permutation(n)
+    start = 0
+    for j, size in enumerate(sizes):
+        owner[perm[start:start + size]] = j
+        start += size
+    names = [f"s{size}" for size in sizes] + ["big"]
+    idx.members.scope_codes = {(nm, ""): j for j, nm in enumerate(names)}
+    idx.members.session_codes = {(nm, "", "s"): j for j, nm in enumerate(names)}
+    idx.members.scope_of, idx.members.session_of = owner.copy(), owner.copy()
+    out: dict[str, Any] = {"n": n, "index": f"IVF-Flat nlist={nlist} nprobe={nprobe}", "threads": faiss.omp_get_max_threads()}
+    for j, nm in enumerate(names):
+        members = np.flatnonzero(owner == j)
+        own = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
+        own.add_with_ids(x[members], members.astype(np.int64))
+        lat_sel, lat_own, recall = [], [], []
+        for i in range(queries):
+            planted = members[rng.integers(len(members))]          # the query is a noisy copy of a member
+            q = x[planted] + 0.02 * rng.standard_normal(dim, dtype=np.float32)
+            q /= np.linalg.norm(q)
+            t = time.perf_counter()
+            ids, _ = idx.search(q, 30, Scope(nm))
+            lat_sel.append((time.perf_counter() - t) * 1000)
+            t = time.perf_counter()
+            own.search(q[None], 30)
+            lat_own.append((time.perf_counter() - t) * 1000)
+            assert np.isin(ids, members).all()                     # never a card of another scope
+            recall.append(planted in ids)
+        out[nm] = {"cards": int(len(members)), "filtered_ivf_ms": _pct(lat_sel),
+                   "planted_recall_at_30": round(float(np.mean(recall)), 3), "own_flat_index_ms": _pct(lat_own)}
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cards", type=int, default=10_000, help="cards in the store for build_context")
@@ -175,6 +232,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--ingest", type=int, default=20_000, help="cards for the ingest benchmark (0: skip)")
     ap.add_argument("--threads", type=int, default=2, help="torch / FAISS threads")
     ap.add_argument("--skip-context", action="store_true")
+    ap.add_argument("--scoped", action="store_true", help="FAISS at --faiss-n: scope-filtered search vs one index per scope")
+    ap.add_argument("--concurrent", type=int, default=0, help="N threads and N processes on one store (0: skip)")
+    ap.add_argument("--concurrent-turns", type=int, default=6, help="turns per session in the --concurrent run")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
@@ -191,7 +251,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if not args.skip_context:
         out["build_context"] = bench_context(args.cards, args.candidates, args.decisions, args.scorer, rng,
                                                args.scorer_dtype, args.scorer_backend, args.max_batch_tokens or None)
-    if args.faiss_n:
+    if args.concurrent:
+        from damc.runtime.loadtest import run_concurrent
+
+        out["concurrent"] = []
+        for mode in ("threads", "processes"):
+            with tempfile.TemporaryDirectory() as d:
+                out["concurrent"].append(run_concurrent(d, args.concurrent, mode, args.concurrent_turns))
+    if args.scoped:
+        out["faiss_scoped"] = bench_faiss_scoped(args.faiss_n, 384, args.faiss_queries, args.nlist, args.nprobe)
+    elif args.faiss_n:
         out["faiss"] = bench_faiss(args.faiss_n, 384, args.faiss_queries, args.nlist, args.nprobe)
     out["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(out, indent=2))

@@ -51,9 +51,11 @@ def test_openai_wrapper_rewrites_messages_and_records_history():
     (sent,) = fake.calls
     assert sent["model"] == "m" and sent["tools"] == TOOLS and sent["temperature"] == 0
     out = sent["messages"]
-    assert out[0]["role"] == "system" and "## Relevant history" in out[0]["content"]
-    assert "[oa:2:0] ✗ get_order(order_id=88412) failed: 500" in out[0]["content"]
-    assert out[1:] == msgs[-3:]                 # current turn verbatim, tool_calls structure intact
+    assert out[0] == {"role": "system", "content": "You are a support agent."}   # the agent's own instructions only
+    assert out[1]["role"] == "user" and "## Relevant history" in out[1]["content"]
+    assert "[oa:2:0] ✗ get_order(order_id=88412) failed: 500" in out[1]["content"]
+    assert out[2]["role"] == "system" and out[2]["content"].startswith("## Tools")
+    assert out[3:] == msgs[-3:]                 # current turn verbatim, tool_calls structure intact
     assert len(mem) == 18                        # every message before the current turn became a card
     assert client.last_context.tokens_after < client.last_context.tokens_before
     assert client.models == "models-endpoint"    # other attributes pass through
@@ -89,9 +91,11 @@ def test_langchain_middleware_with_fake_chat_model():
     ai = chain.invoke(lc_msgs, config={"callbacks": [Capture()]})
     assert ai.content == "done"
     (sent,) = seen
-    assert sent[0].type == "system" and "## Relevant history" in sent[0].content and "get_order" in sent[0].content
-    assert "[lc:2:0] ✗ get_order(order_id=88412) failed: 500" in sent[0].content
-    assert sent[1:] == lc_msgs[-3:]              # the original LangChain messages of the current turn
+    assert sent[0].type == "system" and "Relevant history" not in sent[0].content
+    assert sent[1].type == "human" and "## Relevant history" in sent[1].content
+    assert "[lc:2:0] ✗ get_order(order_id=88412) failed: 500" in sent[1].content
+    assert sent[2].type == "system" and "get_order" in sent[2].content
+    assert sent[3:] == lc_msgs[-3:]              # the original LangChain messages of the current turn
     assert sent[-2].tool_calls[0]["args"] == {"order_id": "88412"}
     ctx = mw.contexts[-1]
     assert ctx.tokens_after < ctx.tokens_before and len(mem) == 18

@@ -59,10 +59,12 @@ def test_context_keeps_current_turn_verbatim_and_the_error(built):
     mem, msgs, ctx, _ = built
     assert isinstance(ctx, Context)
     assert ctx.messages[-1] == message_to_chat(msgs[-1])           # the current user turn, verbatim
-    assert ctx.openai_messages()[1:] == [msgs[-1]]
-    system = ctx.messages[0]["content"]
-    assert system.startswith("You are a support agent.") and "## Relevant history" in system and "## Tools" in system
-    assert system.index("## Relevant history") < system.index("## Tools")
+    assert ctx.openai_messages()[3:] == [msgs[-1]]
+    assert ctx.messages[0] == {"role": "system", "content": "You are a support agent."}
+    assert [m["role"] for m in ctx.messages] == ["system", "user", "system", "user"]   # system, memory, tools, turn
+    system = ctx.messages[1]["content"]   # the fenced memory records
+    assert system.startswith("## Relevant history") and "<memory_records>" in system
+    assert ctx.messages[2]["content"].startswith("## Tools")
     kept = {s.card_id for s in ctx.selected}
     assert "default:2:0" in kept                                    # the failed get_order call (pinned, id overlap)
     assert "default:53" in kept                                     # the changed requirement

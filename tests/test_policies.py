@@ -74,9 +74,10 @@ def test_template_and_raw_render_the_same_cards_differently(setup):
     raw = _build("bm25", setup, Setting(10**5, top_k=3, render="raw"))
     assert tmpl.kept_card_ids == raw.kept_card_ids and len(raw.kept_card_ids) == 3
     for out in (tmpl, raw):
-        system = out.messages[0]["content"]
-        assert HISTORY_HEADER in system and all(f"[{cid}]" in system for cid in out.kept_card_ids)
-        assert len(out.messages) == 1 + len(setup[1].current_turn)  # no raw history messages
+        memory = out.messages[1]["content"]   # the fenced memory message after the system prompt
+        assert HISTORY_HEADER in memory and all(f"[{cid}]" in memory for cid in out.kept_card_ids)
+        assert HISTORY_HEADER not in out.messages[0]["content"]
+        assert len(out.messages) == 3 + len(setup[1].current_turn)  # system, memory, tools; no raw history
     assert raw.history_tokens > tmpl.history_tokens  # templates compress
     assert Setting(512, render="raw").key == "512/raw" and Setting(512, top_k=4).key == "512/k4"
     with pytest.raises(ValueError, match="render"):
@@ -95,10 +96,19 @@ def test_full_keeps_everything_and_ignores_the_budget(setup):
     _ends_with_current_turn(capped, dp)
 
 
+def _n_prefix(out) -> int:
+    """Assembled messages before the history: system, the fenced memory message (if any), tools."""
+    n = 1
+    while n < len(out.messages) and (out.messages[n]["role"] == "system" or
+                                     out.messages[n]["content"].startswith(HISTORY_HEADER)):
+        n += 1
+    return n
+
+
 def test_window_is_the_last_messages_of_the_history(setup):
     env, dp, view, _, _ = setup
     out = make_policy("window", n_messages=10).build(view, Setting(10**6), env)
-    hist = out.messages[1: len(out.messages) - len(dp.current_turn)]
+    hist = out.messages[_n_prefix(out): len(out.messages) - len(dp.current_turn)]
     want = [message_to_chat(m) for m in dp.history[-10:]]
     assert 8 <= len(hist) <= 10 and hist == want[len(want) - len(hist):]  # never starts on an orphan tool result
     assert hist[0]["role"] != "tool"
@@ -108,7 +118,7 @@ def test_obs_mask_replaces_old_tool_outputs_only(setup):
     env, dp, view, _, _ = setup
     pol = make_policy("obs_mask", keep_last=2)
     out = pol.build(view, Setting(10**6), env)
-    tools = [m for m in out.messages[1: len(out.messages) - len(dp.current_turn)] if m["role"] == "tool"]
+    tools = [m for m in out.messages[_n_prefix(out): len(out.messages) - len(dp.current_turn)] if m["role"] == "tool"]
     assert all(m["content"] == pol.placeholder for m in tools[:-2])
     assert all(m["content"] != pol.placeholder for m in tools[-2:])
 

@@ -4,6 +4,10 @@ Order: system prompt → "Relevant history" (compressed cards, one `[card_id]` l
 → tools → the current user turn and everything after it, verbatim. Nothing before the current user
 turn is sent as raw dialogue: it is represented by the memory lines alone.
 
+History is data, not instructions: with `placement="message"` (default) the system message holds only the
+agent's own prompt and the memory lines go in their own fenced, labelled message, each line neutralised
+(`damc.prompting.neutralize_line`); `placement="system"` puts the fenced block inside the system message.
+
 Example:
     >>> system, history, turn, u = split_conversation(messages)
     >>> msgs = assemble(system, tools, [c.line for c in compressed], turn)
@@ -39,9 +43,11 @@ def split_conversation(messages: Sequence[dict[str, Any]]) -> tuple[str | None, 
 
 
 def assemble(system: str | None, tools: Sequence[dict[str, Any]] | None, memory_lines: Sequence[str],
-             current_turn: Sequence[dict[str, Any]], history: Sequence[dict[str, Any]] = ()) -> list[dict[str, str]]:
+             current_turn: Sequence[dict[str, Any]], history: Sequence[dict[str, Any]] = (),
+             placement: str = "message") -> list[dict[str, str]]:
     """The decision messages (see module docstring); `history` adds verbatim messages before the turn."""
-    return build_decision_messages(system, tools, history, current_turn, memory_lines=list(memory_lines) or None)
+    return build_decision_messages(system, tools, history, current_turn, memory_lines=list(memory_lines) or None,
+                                   placement=placement)
 
 
 def prompt_tokens(messages: Sequence[dict[str, str]], tokenizer: Any = None,

@@ -28,7 +28,7 @@ class SelectedCard:
         tokens: tokens of its compressed line.
         raw_tokens: tokens of the raw card.
         text: compressed text.
-        line: `[card_id] text` as it appears in the prompt.
+        line: `[card_id] text` as it appears in the prompt (neutralised: `damc.prompting.neutralize_line`).
         source: "template" or "llm".
         retrieved_by: why it was a candidate ("similar", "recent", "pinned").
         card: the raw card.
@@ -97,10 +97,16 @@ class Context:
     user_id: str = "default"
     agent_id: str | None = None
 
+    @property
+    def prefix_messages(self) -> list[dict[str, str]]:
+        """The assembled messages before the current turn: system, the fenced memory message, tools."""
+        n_turn = len([m for m in self.current_turn if m.get("role") != "system"])
+        return self.messages[: len(self.messages) - n_turn]
+
     def openai_messages(self) -> list[dict[str, Any]]:
-        """The assembled system message, then the current turn exactly as given (tool-call structure
-        intact), for APIs that need `tool` messages to follow their `tool_calls`."""
-        return [self.messages[0]] + [m for m in self.current_turn if m.get("role") != "system"]
+        """The assembled prefix (system, memory, tools), then the current turn exactly as given (tool-call
+        structure intact), for APIs that need `tool` messages to follow their `tool_calls`."""
+        return self.prefix_messages + [m for m in self.current_turn if m.get("role") != "system"]
 
     @property
     def candidate_ids(self) -> list[str]:

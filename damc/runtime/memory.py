@@ -11,7 +11,9 @@
 * **select**: a pluggable `Selector` under a token budget (default: 65 % of what the context window
   has left after the system prompt, tools and the current turn).
 * **compress**: a pluggable `Compressor` (default: templates), one `[card_id]` line per card.
-* **assemble**: `damc.prompting.build_decision_messages` — system, "Relevant history", tools, current turn.
+* **assemble**: `damc.prompting.build_decision_messages` — system, "Relevant history", tools, current turn; the
+  history is fenced and labelled as retrieved records in a message of its own (`placement="message"`, default)
+  or inside the system message (`placement="system"`).
 
 Everything is explainable (`explain(context)`), expandable (`expand(card_id)`) and persisted when a
 `path` is given (the store survives restarts; the last context per session is kept for the CLI).
@@ -43,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 import numpy as np
 
 from damc.cards import Card, card_id as make_card_id, token_counter
+from damc.prompting import PLACEMENTS, neutralize_line
 from damc.query import render_decision_query
 from damc.runtime import lifecycle
 from damc.runtime.assemble import assemble, prompt_tokens, split_conversation
@@ -85,6 +88,8 @@ class MemoryConfig:
         agent_id: default scope's agent (None: the user's memory without an agent; scopes match exactly).
         share_sessions: other sessions of the same scope are candidates too (off: a session sees its own cards).
         max_card_chars: a card's text beyond this many characters is cut (recorded in `meta["truncated"]`).
+        placement: where the fenced memory lines go: "message" (their own message after the system prompt; the
+            system message keeps only the agent's instructions) or "system" (inside the system message).
     """
 
     session_id: str = "default"
@@ -102,6 +107,7 @@ class MemoryConfig:
     agent_id: str | None = None
     share_sessions: bool = False
     max_card_chars: int = MAX_CARD_CHARS
+    placement: str = "message"
 
 
 def default_valuer(scorer: Any = None, config: MemoryConfig | None = None) -> Valuer:
@@ -180,6 +186,8 @@ class DecisionAwareMemory:
             if value is not None:
                 setattr(self.config, name, value)
         self.scope = Scope(self.config.user_id, self.config.agent_id)  # raises ValueError on a bad id
+        if self.config.placement not in PLACEMENTS:
+            raise ValueError(f"MemoryConfig.placement must be one of {PLACEMENTS}, got {self.config.placement!r}")
         db, faiss_path = self._paths(path)
         self.path = Path(path) if path else None
         self.store = CardStore(db, store_config)
@@ -395,27 +403,29 @@ class DecisionAwareMemory:
         system, tools, history, turn = parts
         cfg = self.config
         t = time.perf_counter()
-        base_tokens = self._prompt_tokens(assemble(system, tools, [], turn))
+        base_tokens = self._prompt_tokens(assemble(system, tools, [], turn, placement=cfg.placement))
         budget = budget_tokens if budget_tokens is not None else \
             default_budget(cfg.context_window, base_tokens, cfg.budget_fraction)
-        line_tokens = self._count_many([f"[{c.card_id}] {text}" for c, text in zip(cards, compressor.preview(cards))])
+        line_tokens = self._count_many([neutralize_line(f"[{c.card_id}] {text}")
+                                        for c, text in zip(cards, compressor.preview(cards))])
         sel = selector.select(cards, values, line_tokens, budget, now)
         timings["select"] = (time.perf_counter() - t) * 1000
 
         t = time.perf_counter()
         kept = sorted(sel.kept, key=lambda i: (stored[i].t, cards[i].position, cards[i].card_id))
         compressed = compressor.compress([cards[i] for i in kept], query)
-        kept_tokens = self._count_many([c.line for c in compressed])
+        lines = [neutralize_line(c.line) for c in compressed]  # as the prompt shows them
+        kept_tokens = self._count_many(lines)
         timings["compress"] = (time.perf_counter() - t) * 1000
 
         t = time.perf_counter()
-        out_msgs = assemble(system, tools, [c.line for c in compressed], turn)
+        out_msgs = assemble(system, tools, lines, turn, placement=cfg.placement)
         tokens_after = self._prompt_tokens(out_msgs)
-        tokens_before = self._prompt_tokens(assemble(system, tools, [], turn, history=history))
+        tokens_before = self._prompt_tokens(assemble(system, tools, [], turn, history=history, placement=cfg.placement))
         timings["assemble"] = (time.perf_counter() - t) * 1000
 
         selected = [SelectedCard(cards[i].card_id, float(values[i]), float(sel.scores[i]), kept_tokens[j],
-                                 cards[i].n_tokens, compressed[j].text, compressed[j].line, compressed[j].source,
+                                 cards[i].n_tokens, compressed[j].text, lines[j], compressed[j].source,
                                  why[cards[i].card_id], cards[i]) for j, i in enumerate(kept)]
         dropped = [DroppedCard(cards[i].card_id, float(values[i]), float(sel.scores[i]), line_tokens[i],
                                cards[i].n_tokens, reason, why[cards[i].card_id])

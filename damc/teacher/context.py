@@ -1,8 +1,9 @@
 """The teacher's decision context: the runtime's own prompt over a decision's candidate cards, as segments.
 
 The teacher labels what the runtime chooses from, as the runtime shows it: the context is the prompt
-`DecisionAwareMemory` assembles when it keeps every candidate — system prompt, the "Relevant history" with one
-`[card_id] <template line>` per candidate (oldest first), tools, then the current user turn verbatim — built
+`DecisionAwareMemory` assembles when it keeps every candidate — system prompt, the fenced "Relevant history"
+message with one `[card_id] <template line>` per candidate (oldest first), tools, then the current user turn
+verbatim (the runtime's default `placement="message"`) — built
 with the same functions (`damc.templates.template_compress`, `damc.prompting.build_decision_messages`).
 The rendered prompt is cut into `head` (everything before the first memory line), one segment per line
 (`"[card_id] …\\n"`) and `tail` (the rest, then the generation prompt), so any subset of cards is the
@@ -29,7 +30,7 @@ from typing import Any, Iterable, Sequence
 
 from damc.cards import Card, encode_messages, token_counter
 from damc.data.episodes import DecisionPoint
-from damc.prompting import action_text, build_decision_messages, format_prompt
+from damc.prompting import action_text, build_decision_messages, format_prompt, neutralize_line
 from damc.templates import template_compress
 
 logger = logging.getLogger(__name__)
@@ -53,8 +54,9 @@ def candidate_cards(dp: DecisionPoint, tokenizer: Any = None) -> list[Card]:
 
 
 def memory_line(card: Card) -> str:
-    """The line a card takes in the runtime's prompt (`Compressed.line` of the template compressor)."""
-    return f"[{card.card_id}] {template_compress(card)}"
+    """The line a card takes in the runtime's prompt (`Compressed.line` of the template compressor, neutralised
+    as the assembler fences it)."""
+    return neutralize_line(f"[{card.card_id}] {template_compress(card)}")
 
 
 @dataclass

@@ -2,8 +2,8 @@
 
 Each call records the messages before the current user turn into the memory (only those it has not
 seen), builds the decision context, and forwards the call with `messages` replaced by the assembled
-system message (system prompt + "Relevant history" + tools) followed by the current turn verbatim
-(tool-call structure intact). Every other argument passes through unchanged. The client is only
+prefix (system prompt; the fenced "Relevant history" records in a user message of their own; tools) followed
+by the current turn verbatim (tool-call structure intact). Every other argument passes through unchanged. The client is only
 duck-typed, so the official `openai` package, vLLM/llama.cpp servers' clients and test fakes all work.
 
 Example:
@@ -28,7 +28,8 @@ class _Completions:
     def create(self, *, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
                **kwargs: Any) -> Any:
         o = self._owner
-        ctx = o.memory.build_context(messages, tools=tools, session_id=o.session_id, budget_tokens=o.budget_tokens)
+        ctx = o.memory.build_context(messages, tools=tools, session_id=o.session_id, budget_tokens=o.budget_tokens,
+                                     user_id=o.user_id, agent_id=o.agent_id)
         o.last_context = ctx
         if tools is not None:
             kwargs["tools"] = tools
@@ -48,13 +49,16 @@ class DAMCOpenAI:
         memory: the memory that records the conversation and assembles the context.
         session_id: session of this client's conversation (default: the memory's).
         budget_tokens: fixed memory budget (default: the memory's rule).
+        user_id / agent_id: scope of this client's conversations (default: the memory's).
 
     Attributes:
         last_context: the `Context` of the latest call (for `memory.explain`).
     """
 
-    def __init__(self, client: Any, memory: Any, session_id: str | None = None, budget_tokens: int | None = None):
+    def __init__(self, client: Any, memory: Any, session_id: str | None = None, budget_tokens: int | None = None,
+                 user_id: str | None = None, agent_id: str | None = None):
         self.client, self.memory, self.session_id, self.budget_tokens = client, memory, session_id, budget_tokens
+        self.user_id, self.agent_id = user_id, agent_id
         self.chat = _Chat(self)
         self.last_context: Any = None
 
