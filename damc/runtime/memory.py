@@ -15,8 +15,7 @@
   history is fenced and labelled as retrieved records in a message of its own (`placement="message"`, default)
   or inside the system message (`placement="system"`).
 
-Everything is explainable (`explain(context)`), expandable (`expand(card_id)`) and persisted when a
-`path` is given (the store survives restarts; the last context per session is kept for the CLI).
+Everything is explainable (`explain(context)`), expandable (`expand(card_id)`) and persisted under `path`.
 
 Scopes (Mem0's convention): every card belongs to a `user_id` (default "default") and an optional `agent_id`;
 `session_id` is the conversation (Mem0's `run_id`). Set the memory's scope when opening it
