@@ -60,10 +60,31 @@ def check_message(m: Any, i: int) -> None:
         if not isinstance(call["function"].get("name"), str):
             raise EpisodeFormatError("tool call without a function name",
                                      field=f"messages[{i}].tool_calls[{j}].function.name", expected="a string")
+        if call.get("id") is not None and not isinstance(call.get("id"), str):
+            raise EpisodeFormatError("tool call id is not a string", field=f"messages[{i}].tool_calls[{j}].id",
+                                     expected="a string id matched by a tool message")
+        _check_arguments(args, f"messages[{i}].tool_calls[{j}].function.arguments")
     tcid = m.get("tool_call_id")
     if tcid is not None and not isinstance(tcid, str):
         raise EpisodeFormatError(f"tool_call_id is a {type(tcid).__name__}", field=f"messages[{i}].tool_call_id",
                                  expected="the id (a string) of an earlier assistant tool call")
+
+
+def _check_arguments(args: Any, field: str) -> None:
+    """Tool-call arguments must be a JSON object (or a string encoding one)."""
+    parsed = args
+    if isinstance(args, str):
+        try:
+            parsed = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError as e:
+            raise EpisodeFormatError(f"arguments are not valid JSON ({e.msg})", field=field,
+                                     expected="a JSON object encoded as a string") from None
+        except RecursionError:
+            raise EpisodeFormatError("arguments are nested too deeply", field=field,
+                                     expected="a JSON object encoded as a string") from None
+    if parsed is not None and not isinstance(parsed, dict):
+        raise EpisodeFormatError(f"arguments are a JSON {type(parsed).__name__}", field=field,
+                                 expected="a JSON object")
 
 
 def clean_text(s: Any) -> Any:
