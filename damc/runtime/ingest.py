@@ -16,11 +16,13 @@ Example:
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Callable, Sequence
 
 from damc.cards import Card, encode_messages
 from damc.data.episodes import EpisodeFormatError, message_text
 
+_SURROGATES = re.compile("[\ud800-\udfff]")
 MAX_CARD_CHARS = 65_536  # per card text field; a 10 MB tool result becomes a 64 KiB card (the rest is counted)
 
 
@@ -95,7 +97,7 @@ def clean_text(s: Any) -> Any:
             s.encode("utf-8")
             return s
         except UnicodeEncodeError:
-            return s.encode("utf-8", "replace").decode("utf-8")
+            return _SURROGATES.sub("\ufffd", s)
     if isinstance(s, dict):
         return {clean_text(k): clean_text(v) for k, v in s.items()}
     if isinstance(s, list):
