@@ -116,7 +116,7 @@ def parse_result(content: Any) -> Any:
     if s[:1] in "[{" or s in ("true", "false", "null") or re.fullmatch(r"-?\d+(\.\d+)?", s or "x"):
         try:
             return json.loads(s)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # not JSON, or nested deeper than the parser goes: keep text
             pass
     return s
 

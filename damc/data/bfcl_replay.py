@@ -94,7 +94,9 @@ def parse_call(text: str) -> ParsedCall:
     try:
         node = ast.parse(text.strip(), mode="eval").body
     except SyntaxError as e:
-        raise BFCLCallParseError(f"not a Python expression: {text!r} ({e.msg})") from None
+        raise BFCLCallParseError(f"not a Python expression: {text[:200]!r} ({e.msg})") from None
+    except (ValueError, RecursionError, MemoryError) as e:  # null bytes, nesting deeper than the parser goes
+        raise BFCLCallParseError(f"not a Python expression: {text[:200]!r} ({type(e).__name__})") from None
     if not isinstance(node, ast.Call):
         raise BFCLCallParseError(f"not a function call: {text!r}")
     if not isinstance(node.func, ast.Name):
@@ -129,7 +131,9 @@ def parse_calls(text: str) -> list[ParsedCall]:
     try:
         node = ast.parse(text.strip(), mode="eval").body
     except SyntaxError as e:
-        raise BFCLCallParseError(f"not a Python expression: {text!r} ({e.msg})") from None
+        raise BFCLCallParseError(f"not a Python expression: {text[:200]!r} ({e.msg})") from None
+    except (ValueError, RecursionError, MemoryError) as e:  # null bytes, nesting deeper than the parser goes
+        raise BFCLCallParseError(f"not a Python expression: {text[:200]!r} ({type(e).__name__})") from None
     if isinstance(node, (ast.List, ast.Tuple)):
         return [parse_call(ast.unparse(elt)) for elt in node.elts]
     return [parse_call(text)]

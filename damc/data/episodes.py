@@ -92,7 +92,7 @@ def validate_episode_dict(d: Any, *, path: str | None = None, line: int | None =
         return EpisodeFormatError(msg, path=path, line=line, field=fld, expected=expected)
 
     if not isinstance(d, dict):
-        raise err(f"episode is a {type(d).__name__}", expected="a JSON object")
+        raise err(f"episode is a {type(d).__name__}", "episode", "a JSON object")
     if not d.get("episode_id") and d.get("episode_id") != 0:
         raise err("missing episode id", "episode_id", "a non-empty string")
     msgs = d.get("messages")
@@ -132,9 +132,9 @@ def validate_episode_dict(d: Any, *, path: str | None = None, line: int | None =
                 if isinstance(args, str):
                     try:
                         parsed = json.loads(args) if args.strip() else {}
-                    except json.JSONDecodeError as e:
-                        raise err(f"arguments are not valid JSON ({e.msg})", f"{cf}.function.arguments",
-                                  "a JSON object encoded as a string") from None
+                    except (json.JSONDecodeError, RecursionError) as e:  # RecursionError: nested too deeply
+                        raise err(f"arguments are not valid JSON ({getattr(e, 'msg', 'nested too deeply')})",
+                                  f"{cf}.function.arguments", "a JSON object encoded as a string") from None
                 else:
                     parsed = args
                 if not isinstance(parsed, dict):
@@ -157,7 +157,8 @@ def validate_episode_dict(d: Any, *, path: str | None = None, line: int | None =
         if not isinstance(dist, dict):
             raise err("distractors is not an object", "distractors", "{message_index: [action, ...]}")
         for k, v in dist.items():
-            if not str(k).isdigit() or int(k) >= len(msgs) or msgs[int(k)].get("role") != "assistant":
+            if not (str(k).isascii() and str(k).isdigit()) or int(k) >= len(msgs) or \
+                    msgs[int(k)].get("role") != "assistant":
                 raise err(f"distractors key {k!r} is not an assistant message index", f"distractors.{k}",
                           "the index of an assistant message")
             if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
@@ -173,14 +174,22 @@ def iter_episodes(path: str | os.PathLike) -> Iterator[Episode]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"episode file not found: {path}")
-    with path.open(encoding="utf-8") as fh:
-        for ln, raw in enumerate(fh, start=1):
+    with path.open("rb") as fh:
+        for ln, blob in enumerate(fh, start=1):
+            try:
+                raw = blob.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise EpisodeFormatError(f"invalid UTF-8 at byte {e.start}", path=path, line=ln, field="line",
+                                         expected="UTF-8 text") from None
             if not raw.strip():
                 continue
             try:
                 d = json.loads(raw)
             except json.JSONDecodeError as e:
                 raise EpisodeFormatError(f"malformed JSON ({e.msg} at column {e.colno})", path=path, line=ln,
+                                         field="line", expected="one JSON object per line") from None
+            except RecursionError:
+                raise EpisodeFormatError("JSON nested too deeply", path=path, line=ln, field="line",
                                          expected="one JSON object per line") from None
             yield Episode.from_dict(d, path=str(path), line=ln)
 

@@ -93,7 +93,7 @@ def parse_action(text: str) -> list[tuple[str, dict[str, Any]]] | str:
             k, v = kv.split("=", 1)
             try:
                 args[k.strip()] = json.loads(v.strip())
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 args[k.strip()] = v.strip().strip("'\"")
         calls.append((m.group(1), args))
     return calls or text

@@ -16,11 +16,13 @@ Example:
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Callable, Sequence
 
 from damc.cards import Card, encode_messages
 from damc.data.episodes import EpisodeFormatError, message_text
 
+_SURROGATES = re.compile("[\ud800-\udfff]")
 MAX_CARD_CHARS = 65_536  # per card text field; a 10 MB tool result becomes a 64 KiB card (the rest is counted)
 
 
@@ -60,10 +62,31 @@ def check_message(m: Any, i: int) -> None:
         if not isinstance(call["function"].get("name"), str):
             raise EpisodeFormatError("tool call without a function name",
                                      field=f"messages[{i}].tool_calls[{j}].function.name", expected="a string")
+        if call.get("id") is not None and not isinstance(call.get("id"), str):
+            raise EpisodeFormatError("tool call id is not a string", field=f"messages[{i}].tool_calls[{j}].id",
+                                     expected="a string id matched by a tool message")
+        _check_arguments(args, f"messages[{i}].tool_calls[{j}].function.arguments")
     tcid = m.get("tool_call_id")
     if tcid is not None and not isinstance(tcid, str):
         raise EpisodeFormatError(f"tool_call_id is a {type(tcid).__name__}", field=f"messages[{i}].tool_call_id",
                                  expected="the id (a string) of an earlier assistant tool call")
+
+
+def _check_arguments(args: Any, field: str) -> None:
+    """Tool-call arguments must be a JSON object (or a string encoding one)."""
+    parsed = args
+    if isinstance(args, str):
+        try:
+            parsed = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError as e:
+            raise EpisodeFormatError(f"arguments are not valid JSON ({e.msg})", field=field,
+                                     expected="a JSON object encoded as a string") from None
+        except RecursionError:
+            raise EpisodeFormatError("arguments are nested too deeply", field=field,
+                                     expected="a JSON object encoded as a string") from None
+    if parsed is not None and not isinstance(parsed, dict):
+        raise EpisodeFormatError(f"arguments are a JSON {type(parsed).__name__}", field=field,
+                                 expected="a JSON object")
 
 
 def clean_text(s: Any) -> Any:
@@ -74,7 +97,7 @@ def clean_text(s: Any) -> Any:
             s.encode("utf-8")
             return s
         except UnicodeEncodeError:
-            return s.encode("utf-8", "replace").decode("utf-8")
+            return _SURROGATES.sub("\ufffd", s)
     if isinstance(s, dict):
         return {clean_text(k): clean_text(v) for k, v in s.items()}
     if isinstance(s, list):
