@@ -1,0 +1,56 @@
+"""A/B of where the memory lines go: their own fenced message (`placement=message`, the default) vs inside the
+system message (`placement=system`), every other setting equal, on the same decisions.
+
+    python scripts/compare_placements.py OUT_DIR data.path=TEST.jsonl scorer=SCORER labels_path=LABELS \
+        'policies=[window,bm25,heuristic,damc,oracle]' budgets=[1024] max_decisions=40 data.tool_calls_only=true
+
+Runs the A/B harness (`damc.eval.harness.main`) once per placement (`OUT_DIR/message`, `OUT_DIR/system`; each
+resumable) and prints, per policy@setting, both accuracies and the paired difference message − system with a
+cluster-bootstrap (episodes) 95 % interval. Every other argument is an override of configs/evaluate.yaml.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def _records(out: Path) -> dict[tuple[str, str], dict]:
+    rows = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines() if x.strip()]
+    return {(r["policy"] + "@" + r["setting"], r["decision_id"]): r for r in rows if not r.get("failed")}
+
+
+def compare(out_dir: Path, overrides: list[str]) -> str:
+    from hydra import compose, initialize_config_module
+
+    from damc.eval.harness import main
+    from damc.eval.stats import paired_bootstrap
+
+    runs = {}
+    for placement in ("message", "system"):
+        out = out_dir / placement
+        with initialize_config_module("damc.configs", version_base="1.3"):
+            cfg = compose("evaluate", overrides=[*overrides, f"memory.placement={placement}", f"out_dir={out}"])
+        main(cfg)
+        runs[placement] = _records(out)
+    keys = sorted({k for k, _ in runs["message"]})
+    lines = ["| policy@setting | n | accuracy, message | accuracy, system | message − system [95 % CI] |",
+             "|---|---:|---:|---:|---|"]
+    for key in keys:
+        ids = sorted(d for k, d in runs["message"] if k == key and (k, d) in runs["system"])
+        a = [float(runs["message"][(key, d)]["correct"]) for d in ids]
+        b = [float(runs["system"][(key, d)]["correct"]) for d in ids]
+        clusters = [d.split("@")[0] for d in ids]
+        p = paired_bootstrap(a, b, clusters=clusters, n_boot=2000)
+        lines.append(f"| {key} | {len(ids)} | {sum(a) / len(a):.2f} | {sum(b) / len(b):.2f} | "
+                     f"{p['delta']:+.2f} [{p['ci'][0]:+.2f}, {p['ci'][1]:+.2f}] |")
+    table = "\n".join(lines)
+    (out_dir / "placements.md").write_text(table + "\n")
+    return table
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1].startswith("-") or "=" in sys.argv[1]:
+        sys.exit(__doc__)
+    print(compare(Path(sys.argv[1]), sys.argv[2:]))
