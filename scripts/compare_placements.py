@@ -39,6 +39,8 @@ def compare(out_dir: Path, overrides: list[str]) -> str:
              "|---|---:|---:|---:|---|"]
     for key in keys:
         ids = sorted(d for k, d in runs["message"] if k == key and (k, d) in runs["system"])
+        if not ids:  # a policy only one of the runs evaluated (an earlier run's records in the same dir)
+            continue
         a = [float(runs["message"][(key, d)]["correct"]) for d in ids]
         b = [float(runs["system"][(key, d)]["correct"]) for d in ids]
         clusters = [d.split("@")[0] for d in ids]
