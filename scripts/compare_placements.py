@@ -11,13 +11,15 @@ cluster-bootstrap (episodes) 95 % interval. Every other argument is an override 
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 
 def _records(out: Path) -> dict[tuple[str, str], dict]:
-    rows = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines() if x.strip()]
+    """(policy@setting, decision_id) → record of the harness's log (torn lines and repeats handled by RecordLog)."""
+    from damc.eval.records import RecordLog
+
+    rows = RecordLog(out / "records.jsonl").records.values()
     return {(r["policy"] + "@" + r["setting"], r["decision_id"]): r for r in rows if not r.get("failed")}
 
 
