@@ -234,6 +234,45 @@ def test_sweeps_render_modes_and_variants_run_through_one_memory(pipeline, tmp_p
         main(_eval_cfg(pipeline, tmp_path / "bad", "policies=[nope]", "budgets=[128]"))
 
 
+def test_selection_only_builds_the_same_prompts_without_the_decision_llm(pipeline, tmp_path, monkeypatch):
+    """score=false: the prompts (hashes), kept cards and memory metrics of a scoring run, no LLM weights loaded."""
+    import damc.teacher.backends
+    from damc.eval.harness import main
+
+    common = ("policies=[window,bm25,damc,oracle]", "budgets=[256]", "max_decisions=3", "data.tool_calls_only=true")
+    scored = main(_eval_cfg(pipeline, tmp_path / "scored", *common))
+
+    def no_weights(*a, **k):
+        raise AssertionError("score=false must not load the decision LLM")
+
+    monkeypatch.setattr(damc.teacher.backends.HFTeacher, "__init__", no_weights)
+    out = tmp_path / "selection"
+    sel = main(_eval_cfg(pipeline, out, *common, "score=false"))
+    a = {(r["policy"], r["decision_id"]): r for r in _records(tmp_path / "scored")}
+    b = {(r["policy"], r["decision_id"]): r for r in _records(out)}
+    assert set(a) == set(b) and len(b) == 4 * 3
+    for k, r in b.items():
+        assert not r["failed"] and r["correct"] is None and r["gold_logprob"] is None
+        for f in ("prompt_hash", "prompt_tokens", "kept_card_ids", "key_in_candidates", "confuser"):
+            assert r[f] == a[k][f], (k, f)
+    for key, e in sel["policies"].items():
+        assert np.isnan(e["accuracy"]) and e["n_decisions"] == 3
+        for f in ("key_hit", "candidate_recall", "prompt_tokens"):
+            if f in scored["policies"][key]:
+                assert e[f] == scored["policies"][key][f], (key, f)
+    assert "tokenizer only" in sel["config"]["decision_llm"]
+    # selection-only records are never taken for scored ones (and the other way round)
+    monkeypatch.undo()
+    calls = []
+    import damc.eval.harness as ev
+    real = ev.evaluate_unit
+    monkeypatch.setattr(ev, "evaluate_unit", lambda u, d, *x, **k: calls.append(u.name) or real(u, d, *x, **k))
+    ev.main(_eval_cfg(pipeline, out, *common, "policies=[window]"))
+    assert calls == ["window"] * 3
+    with pytest.raises(ValueError, match="damc_teacher"):
+        main(_eval_cfg(pipeline, tmp_path / "bad", "policies=[window,damc_teacher]", "score=false"))
+
+
 # ----------------------------------------------------------------------------- metrics
 
 def test_mc_accuracy_uses_length_normalised_logprobs():

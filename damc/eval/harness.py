@@ -15,6 +15,10 @@ the files of its scorer / labels): a rerun skips records whose fingerprint still
 others, so a killed run resumes where it stopped and a changed setting never silently reuses old records.
 A policy or LLM call that raises is recorded as failed for that decision only.
 
+`score=false` is the selection-only mode: the same prompts through the same runtime path, measured (kept cards,
+key hit and recall, candidate recall, confuser rate, prompt tokens, overhead) without the decision LLM — only its
+tokenizer loads — so memory metrics on hundreds of decisions cost minutes, not hours. Accuracy stays empty.
+
 Aggregation (`damc.eval.results`) writes `results.json`, `results.md` and `pareto.png`.
 
 Example:
@@ -98,8 +102,33 @@ class DecisionLLM:
         return self.tokenizer.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
 
 
-def load_decision_llm(llm_cfg: Any) -> DecisionLLM:
-    """Instantiate the backend of `cfg.llm` (a teacher backend config with `_target_`)."""
+class TokenizerOnly:
+    """The decision LLM's tokenizer without its weights, for `score=false` (selection only): prompts are built
+    and measured (tokens, kept cards, key hit, candidate recall, confusers, overhead) but never scored.
+
+    Args:
+        model: the decision LLM's registry name, GGUF file or tokenizer directory (`cfg.llm.tokenizer` or
+            `cfg.llm.model`).
+        max_context_tokens: its window (`full` drops its oldest messages beyond it); None: no limit.
+    """
+
+    def __init__(self, model: str, max_context_tokens: int | None = None):
+        from damc.tokens import load_token_counter
+
+        self.tokenizer = load_token_counter(str(model))
+        self.model_id = f"{model} (tokenizer only: score=false)"
+        self.max_context_tokens = max_context_tokens
+
+    def log_prob_many(self, context_messages: Any, actions: Any) -> list[np.ndarray]:
+        raise RuntimeError("score=false builds prompts only; this policy needs the decision LLM (set score=true)")
+
+
+def load_decision_llm(llm_cfg: Any, score: bool = True) -> DecisionLLM:
+    """Instantiate the backend of `cfg.llm` (a teacher backend config with `_target_`); with `score=False` only
+    its tokenizer (`TokenizerOnly`)."""
+    if not score:
+        return DecisionLLM(TokenizerOnly(llm_cfg.get("tokenizer") or llm_cfg.get("model"),
+                                         llm_cfg.get("max_context_tokens")))
     from hydra.utils import instantiate
 
     return DecisionLLM(instantiate(llm_cfg))
@@ -257,10 +286,14 @@ def new_memory(cfg: Any, llm: DecisionLLM) -> Any:
 
 
 def score_prompt(out: PolicyOutput, d: Decision, llm: DecisionLLM, cache: dict[str, dict[str, Any]],
-                 do_exact_match: bool) -> dict[str, Any]:
-    """MC scores of the gold vs distractors on this prompt (identical prompts within a decision: once)."""
+                 do_exact_match: bool, score: bool = True) -> dict[str, Any]:
+    """MC scores of the gold vs distractors on this prompt (identical prompts within a decision: once); with
+    `score=False` only its token count (`mc` None)."""
     key = hashlib.sha1(json.dumps(out.messages, ensure_ascii=False).encode()).hexdigest()
     hit = cache.get(key)
+    if hit is None and not score:
+        hit = cache[key] = {"mc": None, "llm_ms": None, "prompt_tokens": llm.prompt_tokens(out.messages), "em": None,
+                            "hash": key}
     if hit is None:
         t0 = time.perf_counter()
         mc = multiple_choice(llm.log_probs(out.messages, [action_text(d.dp.gold)] + d.distractors))
@@ -282,7 +315,7 @@ def evaluate_unit(unit: Unit, d: Decision, view: DecisionView, env: PolicyEnv, l
                            "n_cards": len(d.cards), "fingerprint": unit.fingerprint}
     try:
         out = unit.policy.build(view, s, env, memory=memory, valuer=valuer)
-        hit = score_prompt(out, d, llm, cache, bool(cfg.exact_match))
+        hit = score_prompt(out, d, llm, cache, bool(cfg.exact_match), bool(cfg.get("score", True)))
         t = out.timings_ms
         # values are cached across the settings of a decision: charge every setting the first (uncached) valuing
         first = value_ms.setdefault(unit.name, t.get("value", 0.0))
@@ -291,9 +324,9 @@ def evaluate_unit(unit: Unit, d: Decision, view: DecisionView, env: PolicyEnv, l
         text = {c.card_id: c.raw_text for c in d.cards}
         confusers = d.confuser_values()
         mc = hit["mc"]
-        rec.update(failed=False, correct=mc.correct, rank=mc.rank, gold_logprob=mc.gold_logprob,
-                   gold_logprob_per_token=mc.gold_logprob_per_token, n_action_tokens=mc.n_action_tokens,
-                   normalised=mc.normalised, prompt_tokens=hit["prompt_tokens"], history_tokens=out.history_tokens,
+        rec.update({k: getattr(mc, k, None) for k in ("correct", "rank", "gold_logprob", "gold_logprob_per_token",
+                                                      "n_action_tokens", "normalised")})
+        rec.update(failed=False, prompt_tokens=hit["prompt_tokens"], history_tokens=out.history_tokens,
                    overhead_ms=overhead, value_ms=first, llm_ms=hit["llm_ms"], exact_match=hit["em"],
                    kept_card_ids=out.kept_card_ids, n_candidates=len(out.candidate_ids),
                    key_in_candidates=[k for k in d.history_key_ids if k in set(out.candidate_ids)],
@@ -388,7 +421,12 @@ def main(cfg: Any) -> dict[str, Any]:
     out_dir = Path(cfg.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     units, policies = build_units(cfg)
-    llm = load_decision_llm(cfg.llm)
+    if not cfg.get("score", True):
+        needs = sorted({u.name for u in units if type(u.policy).__name__ in ("LLMJudgePolicy", "DAMCTeacherPolicy")})
+        if needs:
+            raise ValueError(f"score=false loads no decision LLM, but {needs} value cards with it: drop them from "
+                             f"`policies` or set score=true")
+    llm = load_decision_llm(cfg.llm, score=bool(cfg.get("score", True)))
     env = PolicyEnv(count_tokens=llm.count_tokens, llm=llm.backend, window_tokens=llm.window)
     decisions = select_decisions(load_episodes(cfg.data.path), cfg, llm.count_tokens)
     if not decisions:

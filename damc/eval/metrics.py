@@ -194,10 +194,11 @@ def summarize_records(records: Sequence[dict[str, Any]], *, n_boot: int = 1000, 
     decisions whose distractors add no value are left out of it).
     """
     ok = [r for r in records if not r.get("failed")]
-    acc = [float(r["correct"]) for r in ok]
-    eps = [r["episode_id"] for r in ok]
-    glp = [r["gold_logprob"] for r in ok]
-    glpt = [r["gold_logprob_per_token"] for r in ok]
+    scored = [r for r in ok if r.get("correct") is not None]   # selection-only records (score=false) carry none
+    acc = [float(r["correct"]) for r in scored]
+    eps = [r["episode_id"] for r in scored]
+    glp = [r["gold_logprob"] for r in scored]
+    glpt = [r["gold_logprob_per_token"] for r in scored]
     tok = [r["prompt_tokens"] for r in ok]
     out: dict[str, Any] = {
         "accuracy": float(np.mean(acc)) if acc else float("nan"),
@@ -224,7 +225,8 @@ def summarize_records(records: Sequence[dict[str, Any]], *, n_boot: int = 1000, 
         conf = [r["confuser"] for r in keyed if r.get("confuser") is not None]
         if conf:
             out["confuser_rate"] = float(np.mean(conf))
-        out["accuracy_key_decisions"] = float(np.mean([float(r["correct"]) for r in keyed]))
+        acc_key = [float(r["correct"]) for r in keyed if r.get("correct") is not None]
+        out["accuracy_key_decisions"] = float(np.mean(acc_key)) if acc_key else float("nan")
         out["n_key_decisions"] = len(keyed)
     em = [r["exact_match"] for r in ok if r.get("exact_match") is not None]
     if em:

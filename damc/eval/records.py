@@ -76,6 +76,8 @@ def fingerprints(cfg: Any, options: dict[str, dict[str, Any]]) -> dict[str, str]
               "filters": plain["filters"], "max_decisions": plain["max_decisions"], "seed": plain["seed"],
               "n_distractors": plain["n_distractors"], "llm": plain["llm"], "memory": plain.get("memory"),
               "exact_match": plain["exact_match"]}
+    if not plain.get("score", True):
+        shared["score"] = False   # selection-only records carry no accuracy: never reused by a scoring run
     out = {}
     for name, opts in options.items():
         assets = {k: file_digest(v) for k, v in opts.items() if k in ("scorer", "labels") and v}

@@ -77,7 +77,8 @@ def paired(recs: dict[str, dict[str, Any]], base: dict[str, dict[str, Any]], dec
            n_boot: int, seed: int) -> dict[str, Any]:
     """Accuracy Δ and token ratio of `recs` against `base` on the decisions both succeeded on."""
     common = [i for i in decision_ids if i in recs and i in base and not recs[i].get("failed")
-              and not base[i].get("failed")]
+              and not base[i].get("failed") and recs[i].get("correct") is not None
+              and base[i].get("correct") is not None]
     pb = paired_bootstrap([float(recs[i]["correct"]) for i in common], [float(base[i]["correct"]) for i in common],
                           clusters=[recs[i]["episode_id"] for i in common], n_boot=n_boot, seed=seed)
     tok = [recs[i]["prompt_tokens"] / max(base[i]["prompt_tokens"], 1) for i in common]
