@@ -25,7 +25,7 @@ import os
 import random
 import tempfile
 import time
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -87,9 +87,13 @@ def bench_ingest(n_cards: int, tokenizer: str | None, rng: random.Random) -> dic
             "with_embedding_cards_per_s": round(cards / (t_store + t_embed)), "batch": "one session (30 cards) per transaction"}
 
 
-def bench_context(n_cards: int, candidates: int, decisions: int, scorer_path: str | None, rng: random.Random,
-                  scorer_dtype: str = "auto", scorer_backend: str = "auto",
-                  max_batch_tokens: int | None = 1024) -> dict[str, Any]:
+def bench_context(n_cards: int, candidates: Sequence[int], decisions: int, scorer_path: str | None,
+                  rng: random.Random, scorer_dtype: str = "auto", scorer_backend: str = "auto",
+                  max_batch_tokens: int | None = 1024) -> list[dict[str, Any]]:
+    """`build_context` overhead with `n_cards` cards of one user in the store (`share_sessions=True`: every
+    session's cards can be candidates), once per candidate cap in `candidates` (FAISS top-N = the cap, 10 recent,
+    10 pinned) on the same store and the same `decisions` fresh queries. The memory is built as a user builds it:
+    `DecisionAwareMemory(path, scorer=PATH)` (the scorer's valuer, selector and exported ONNX encoder)."""
     from damc.runtime.memory import DecisionAwareMemory, MemoryConfig
     from damc.runtime.memory import default_valuer
     from damc.runtime.valuers import CrossEncoderScorer
@@ -102,10 +106,13 @@ def bench_context(n_cards: int, candidates: int, decisions: int, scorer_path: st
         scorer_name = repr(scorer) + f" max_batch_tokens={max_batch_tokens}"
     else:
         scorer, scorer_name = CrossEncoderScorer("minilm-l6", max_length=256), "CrossEncoder(minilm-l6), untrained stand-in"
-    cfg = MemoryConfig(top_n=candidates, recent=10, pinned=10, max_candidates=candidates, context_window=8192)
-    valuer = default_valuer(scorer)   # what DecisionAwareMemory(scorer=...) runs
+    cfg = MemoryConfig(recent=10, pinned=10, context_window=8192, share_sessions=True)
+    out = []
     with tempfile.TemporaryDirectory() as d:
-        mem = DecisionAwareMemory(d, valuer=valuer, config=cfg)
+        if scorer_path:   # exactly what a user runs: the scorer's valuer, selector and exported encoder
+            mem = DecisionAwareMemory(d, scorer=scorer, config=cfg)
+        else:
+            mem = DecisionAwareMemory(d, valuer=default_valuer(scorer), config=cfg)
         s = 0
         while len(mem) < n_cards:
             mem.add_messages(session_messages(s, 10, rng)[1:], session_id=f"s{s}")
@@ -115,21 +122,28 @@ def bench_context(n_cards: int, candidates: int, decisions: int, scorer_path: st
         tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": {}}}}
                  for n in ("get_order", "track_parcel", "refund", "get_customer", "search_kb", "update_ticket")]
         live = session_messages(10_000, 4, rng)
-        # warm-up (model load, first FAISS search, tokenizer caches)
-        mem.build_context(live + [{"role": "user", "content": "warm up"}], tools=tools, session_id="live")
-        stages: dict[str, list[float]] = {}
-        n_cand, saved = [], []
-        for i in range(decisions):
-            q = session_messages(20_000 + i, 1, rng)[1]["content"]  # a fresh user query: no value-cache hits
-            ctx = mem.build_context(live + [{"role": "user", "content": q}], tools=tools, session_id="live")
-            for k, v in ctx.timings_ms.items():
-                stages.setdefault(k, []).append(v)
-            n_cand.append(ctx.n_candidates)
-            saved.append(ctx.tokens_saved)
-        hot = len(mem)
+        queries = [session_messages(20_000 + i, 1, rng)[1]["content"] for i in range(decisions)]
+        for cap in candidates:
+            mem.config.top_n = mem.config.max_candidates = int(cap)
+            inner = getattr(mem.valuer, "clear", None)
+            if inner:
+                inner()                              # a fresh value cache per setting
+            # warm-up (model load, first FAISS search, tokenizer caches)
+            mem.build_context(live + [{"role": "user", "content": "warm up"}], tools=tools, session_id="live")
+            stages: dict[str, list[float]] = {}
+            n_cand = []
+            for i, q in enumerate(queries):          # fresh user queries: no value-cache hits
+                ctx = mem.build_context(live + [{"role": "user", "content": f"{q} ({cap}:{i})"}], tools=tools,
+                                        session_id="live")
+                for k, v in ctx.timings_ms.items():
+                    stages.setdefault(k, []).append(v)
+                n_cand.append(ctx.n_candidates)
+            out.append({"cards_in_store": len(mem), "scorer": scorer_name, "encoder": mem.index.model_name,
+                        "top_n": mem.config.top_n, "max_candidates": mem.config.max_candidates,
+                        "candidates_mean": float(np.mean(n_cand)), "overhead_ms": _pct(stages["total"]),
+                        "stages_ms": {k: _pct(v) for k, v in stages.items() if k != "total"}})
         mem.close()
-    return {"cards_in_store": hot, "scorer": scorer_name, "candidates_mean": float(np.mean(n_cand)),
-            "overhead_ms": _pct(stages["total"]), "stages_ms": {k: _pct(v) for k, v in stages.items() if k != "total"}}
+    return out
 
 
 def bench_faiss(n: int, dim: int, queries: int, nlist: int, nprobe: int) -> dict[str, Any]:
@@ -218,7 +232,8 @@ def bench_faiss_scoped(n: int, dim: int, queries: int, nlist: int, nprobe: int,
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cards", type=int, default=10_000, help="cards in the store for build_context")
-    ap.add_argument("--candidates", type=int, default=50, help="candidates valued per decision")
+    ap.add_argument("--candidates", type=int, nargs="+", default=[50],
+                    help="candidate cap(s) (FAISS top-N = cap); several: each on the same store and queries")
     ap.add_argument("--decisions", type=int, default=40, help="timed build_context calls")
     ap.add_argument("--scorer", default=None, help="exported CardScorer dir (default: CrossEncoder from minilm-l6)")
     ap.add_argument("--scorer-dtype", default="auto", help="float32 | bfloat16 | auto (bf16 on AMX; the runtime's default)")

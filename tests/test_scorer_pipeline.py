@@ -116,6 +116,32 @@ def test_export_load_score_rank_roundtrip_and_onnx(scorer_dir, tmp_path):
     assert np.abs(bf16.score(query, texts) - scores[:-1]).max() < 0.05   # bf16 rounding only
 
 
+def test_a_users_memory_selects_with_the_dev_chosen_threshold(scorer_dir, tmp_path):
+    """`DecisionAwareMemory(path, scorer=DIR)`: τ is a number in damc_scorer.json and becomes the default
+    `Threshold`; a scorer exported with the older format (the combiner's whole threshold report) still loads."""
+    import shutil
+
+    from damc import DecisionAwareMemory
+    from damc.runtime.select import Threshold, TopK
+
+    meta = json.loads((scorer_dir / "damc_scorer.json").read_text())
+    tau = meta["threshold"]
+    assert (scorer_dir / "combiner.json").exists()          # the sample labels carry the combiner's features
+    mem = DecisionAwareMemory(None, scorer=scorer_dir)
+    if tau is None:   # no τ cleared the dev F1 choice: the fallback
+        assert isinstance(mem.selector, TopK)
+    else:
+        assert isinstance(tau, float) and isinstance(mem.selector, Threshold) and mem.selector.min_value == tau
+    old = tmp_path / "old"
+    shutil.copytree(scorer_dir, old)
+    meta["threshold"] = {"tau": 0.125, "f1": 0.5, "min_delta": 0.05, "chosen_on": "dev"}
+    (old / "damc_scorer.json").write_text(json.dumps(meta))
+    mem_old = DecisionAwareMemory(None, scorer=old)
+    assert isinstance(mem_old.selector, Threshold) and mem_old.selector.min_value == 0.125
+    mem.close()
+    mem_old.close()
+
+
 def test_scorer_dir_without_metadata_is_refused(scorer_dir, tmp_path):
     import shutil
 

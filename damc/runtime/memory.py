@@ -129,8 +129,11 @@ def default_selector(valuer: Valuer) -> Selector:
     "threshold", in the combiner's delta units), else `TopK(12)`."""
     inner = getattr(valuer, "inner", valuer)
     meta = getattr(getattr(inner, "scorer", None), "metadata", None) or {}
-    if getattr(inner, "combiner", None) is not None and meta.get("threshold") is not None:
-        return Threshold(float(meta["threshold"]))
+    tau = meta.get("threshold")
+    if isinstance(tau, dict):   # scorers exported before 2026-12-01 stored the combiner's whole threshold report
+        tau = tau.get("tau")
+    if getattr(inner, "combiner", None) is not None and tau is not None:
+        return Threshold(float(tau))
     return TopK(12)
 
 

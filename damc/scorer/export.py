@@ -14,8 +14,10 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -52,11 +54,22 @@ def export_onnx(model: Any, tokenizer: Any, path: Path, opset: int = 17) -> Path
             return self.m(**dict(zip(names, args))).logits
 
     axes = {n: {0: "batch", 1: "seq"} for n in names} | {"logits": {0: "batch"}}
-    with torch.inference_mode():  # the wrapper must be in eval mode: export restores its mode on the inner model
+    with torch.inference_mode(), _no_tracer_warnings():  # eval mode: export restores the inner model's mode
         torch.onnx.export(_Wrapper(model).eval(), tuple(enc[n] for n in names), str(path), input_names=names,
                           output_names=["logits"], dynamic_axes=axes, opset_version=opset, dynamo=False)
     model.eval()
     return path
+
+
+@contextlib.contextmanager
+def _no_tracer_warnings() -> Any:
+    """Mute the tracer's notes on Hugging Face masking code during ONNX export (`-v` shows them)."""
+    import torch
+
+    with warnings.catch_warnings():
+        if logging.getLogger("damc").level != logging.DEBUG:
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        yield
 
 
 def quantize_int8(src: Path, dst: Path) -> Path:
@@ -64,9 +77,17 @@ def quantize_int8(src: Path, dst: Path) -> Path:
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    # DefaultTensorType: fused contrib ops (Attention, SkipLayerNormalization) defeat ONNX shape inference.
-    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8,
-                     extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    # onnxruntime's quantizer logs one INFO line per tensor through the *root* logger: muted unless -v
+    # (`damc.cli.quiet_third_party(verbose=True)` puts the damc logger at DEBUG)
+    root, level = logging.getLogger(), logging.getLogger().level
+    if logging.getLogger("damc").level != logging.DEBUG:
+        root.setLevel(max(level, logging.ERROR))
+    try:
+        # DefaultTensorType: fused contrib ops (Attention, SkipLayerNormalization) defeat ONNX shape inference.
+        quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8,
+                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    finally:
+        root.setLevel(level)
     return dst
 
 
@@ -139,7 +160,7 @@ def export_encoder(spec: str, out: Path, opset: int = 17, min_cosine: float = 0.
         def forward(self, *args: Any) -> Any:
             return self.m(**dict(zip(names, args))).last_hidden_state
 
-    with tempfile.TemporaryDirectory() as tmp, torch.inference_mode():
+    with tempfile.TemporaryDirectory() as tmp, torch.inference_mode(), _no_tracer_warnings():
         fp32 = Path(tmp) / "model.onnx"
         torch.onnx.export(_Hidden(model).eval(), tuple(probe[n] for n in names), str(fp32), input_names=names,
                           output_names=["last_hidden_state"], opset_version=opset, dynamo=False,

@@ -322,7 +322,7 @@ def _fit_combiner(cfg: Any, student: _Student, data: _PreparedData, out_dir: Pat
         parts[name] = (rows, scores)
     comb, tau, report = fit_combiner(*parts["train"], *parts["dev"], min_delta=float(cfg.combiner.min_delta))
     comb.save(out_dir / "combiner.json")
-    return {"threshold": tau, **report}
+    return {**report, "threshold_choice": report.get("threshold"), "threshold": tau}  # tau: a number or None
 
 
 def score_rows(student: _Student, rows: Any, max_length: int) -> list[float]:
