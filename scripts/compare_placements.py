@@ -7,6 +7,8 @@ system message (`placement=system`), every other setting equal, on the same deci
 Runs the A/B harness (`damc.eval.harness.main`) once per placement (`OUT_DIR/message`, `OUT_DIR/system`; each
 resumable) and prints, per policy@setting, both accuracies and the paired difference message − system with a
 cluster-bootstrap (episodes) 95 % interval. Every other argument is an override of configs/evaluate.yaml.
+
+    python scripts/compare_placements.py --pool DIR1 DIR2 ...      # finished A/Bs pooled (dataset × episode clusters)
 """
 
 from __future__ import annotations
@@ -54,7 +56,32 @@ def compare(out_dir: Path, overrides: list[str]) -> str:
     return table
 
 
+def pooled(out_dirs: list[Path]) -> str:
+    """The paired difference over the decisions of several finished A/Bs together (clusters: dataset × episode)."""
+    from damc.eval.stats import paired_bootstrap
+
+    runs = [(d.name, _records(d / "message"), _records(d / "system")) for d in out_dirs]
+    keys = sorted({k for _, m, _ in runs for k, _ in m})
+    lines = [f"| pooled: {', '.join(n for n, _, _ in runs)} | n | accuracy, message | accuracy, system | "
+             "message − system [95 % CI] |", "|---|---:|---:|---:|---|"]
+    for key in keys:
+        a, b, clusters = [], [], []
+        for name, m, s in runs:
+            ids = sorted(d for k, d in m if k == key and (k, d) in s)
+            a += [float(m[(key, d)]["correct"]) for d in ids]
+            b += [float(s[(key, d)]["correct"]) for d in ids]
+            clusters += [f"{name}:{d.split('@')[0]}" for d in ids]
+        if a:
+            p = paired_bootstrap(a, b, clusters=clusters, n_boot=2000)
+            lines.append(f"| {key} | {len(a)} | {sum(a) / len(a):.3f} | {sum(b) / len(b):.3f} | "
+                         f"{p['delta']:+.3f} [{p['ci'][0]:+.3f}, {p['ci'][1]:+.3f}] |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--pool":   # compare_placements.py --pool DIR1 DIR2 ...
+        print(pooled([Path(x) for x in sys.argv[2:]]))
+        sys.exit(0)
     if len(sys.argv) < 2 or sys.argv[1].startswith("-") or "=" in sys.argv[1]:
         sys.exit(__doc__)
     print(compare(Path(sys.argv[1]), sys.argv[2:]))
