@@ -134,8 +134,10 @@ def results_table(results: dict[str, Any]) -> str:
     front = set(results.get("pareto") or [])
     for key, e in entries:
         p = results["paired"].get(key)
-        delta = f"{p['accuracy_delta']:+.3f} [{_f(p['ci'][0])}, {_f(p['ci'][1])}]" if p else "(baseline)"
-        ratio = _f(p["prompt_token_ratio"], 2) if p else "1.00"
+        base = e["policy"] == BASELINE and e["setting"] == budget_of(e["setting"])
+        delta = (f"{p['accuracy_delta']:+.3f} [{_f(p['ci'][0])}, {_f(p['ci'][1])}]" if p and p["n"] else
+                 "(baseline)" if base else "–")   # "–": no decision scored by both (selection-only runs)
+        ratio = _f(p["prompt_token_ratio"], 2) if p else "1.00" if base else "–"
         mark = " ◆" if key in front else ""
         rows.append(f"| {e['policy']}{mark} | {e['setting']} | {_f(e['accuracy'])} [{_f(e['accuracy_ci'][0])}, "
                     f"{_f(e['accuracy_ci'][1])}] | {delta} | {ratio} | {_f(e['prompt_tokens'], 0)} | "
