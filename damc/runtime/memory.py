@@ -94,10 +94,10 @@ class MemoryConfig:
     session_id: str = "default"
     context_window: int = 8192
     budget_fraction: float = 0.65
-    top_n: int = 30
+    top_n: int = 16
     recent: int = 10
     pinned: int = 10
-    max_candidates: int = 50
+    max_candidates: int = 24   # chosen on dev splits: docs/runtime.md "Overhead (measured)"
     value_ttl_s: float = 60.0
     stamp_time: bool = True
     record: bool = True
