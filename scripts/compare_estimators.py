@@ -26,7 +26,8 @@ def cli() -> None:
     p.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass")
     p.add_argument("--decisions", type=int, default=40, help="seeded sample of decisions with key cards")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", default=None, help="write per-decision deltas and the summary here")
+    p.add_argument("--json", default=None, help="write per-decision deltas and the summary here (each finished "
+                   "decision also goes to JSON.partial.jsonl: a killed run resumes from it)")
     p.add_argument("--against", default=None, help="RUN.json:ESTIMATOR of another run to agree with")
     a = p.parse_args()
     from damc.cli import quiet_third_party, verbose_requested
@@ -45,7 +46,7 @@ def cli() -> None:
     except (FileNotFoundError, ValueError) as e:
         sys.exit(f"compare_estimators: error: {e}")
     res = compare(episodes, HFTeacher(a.teacher, dtype=a.dtype, batch_size=a.batch_size), a.estimators,
-                  a.decisions, a.seed)
+                  a.decisions, a.seed, checkpoint=f"{a.json}.partial.jsonl" if a.json else None)
     print(markdown(res))
     if a.against:
         path, _, est = a.against.rpartition(":")

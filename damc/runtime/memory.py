@@ -116,12 +116,9 @@ def default_valuer(scorer: Any = None, config: MemoryConfig | None = None) -> Va
     student through its learned combiner (`ScorerValuer`: calibrated predicted delta). Either way behind a TTL
     cache of `value_ttl_s` seconds.
     """
-    config = config or MemoryConfig()
-    valuer: Valuer = HeuristicValuer()
-    if scorer is not None:
-        valuer = ScorerValuer.from_pretrained(str(scorer)) if isinstance(scorer, (str, os.PathLike)) \
-            else ScorerValuer(scorer)
-    return CachedValuer(valuer, ttl_s=config.value_ttl_s)
+    valuer: Valuer = HeuristicValuer() if scorer is None else ScorerValuer.from_pretrained(str(scorer)) \
+        if isinstance(scorer, (str, os.PathLike)) else ScorerValuer(scorer)
+    return CachedValuer(valuer, ttl_s=(config or MemoryConfig()).value_ttl_s)
 
 
 def default_selector(valuer: Valuer) -> Selector:
@@ -129,9 +126,8 @@ def default_selector(valuer: Valuer) -> Selector:
     "threshold", in the combiner's delta units), else `TopK(12)`."""
     inner = getattr(valuer, "inner", valuer)
     meta = getattr(getattr(inner, "scorer", None), "metadata", None) or {}
-    tau = meta.get("threshold")
-    if isinstance(tau, dict):   # scorers exported before 2026-12-01 stored the combiner's whole threshold report
-        tau = tau.get("tau")
+    tau = meta.get("threshold")   # exports before 2026-12-01 stored the combiner's whole threshold report
+    tau = tau.get("tau") if isinstance(tau, dict) else tau
     if getattr(inner, "combiner", None) is not None and tau is not None:
         return Threshold(float(tau))
     return TopK(12)

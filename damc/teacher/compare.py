@@ -17,9 +17,12 @@ Example:
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import random
 import time
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -46,9 +49,28 @@ def sample_decisions(episodes: Sequence[Episode], n: int, seed: int = 0) -> list
     return pool
 
 
+def _done_rows(checkpoint: Path | None, teacher_id: str, estimators: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Rows of an earlier (killed) run of the same teacher that carry every estimator; a torn last line is skipped."""
+    done: dict[str, dict[str, Any]] = {}
+    if checkpoint is None or not checkpoint.exists():
+        return done
+    for line in checkpoint.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if row.get("teacher") == teacher_id and (set(estimators) <= set(row["deltas"]) or not row["card_ids"]):
+            done[row["decision_id"]] = row
+    return done
+
+
 def compare(episodes: Sequence[Episode], teacher: Any, estimators: Sequence[str], n_decisions: int = 40,
-            seed: int = 0, memory: dict[str, Any] | None = None, progress: bool = True) -> dict[str, Any]:
-    """Label the same sampled decisions with every estimator; returns per-decision deltas and the summary."""
+            seed: int = 0, memory: dict[str, Any] | None = None, progress: bool = True,
+            checkpoint: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Label the same sampled decisions with every estimator; returns per-decision deltas and the summary.
+
+    `checkpoint`: a JSONL file each finished decision is appended to (fsync'd); a rerun with the same teacher
+    takes the decisions found there (with every requested estimator) instead of labelling them again."""
     from tqdm import tqdm
 
     from damc.teacher.candidates import RuntimeCandidates
@@ -59,7 +81,16 @@ def compare(episodes: Sequence[Episode], teacher: Any, estimators: Sequence[str]
     decisions = sample_decisions(episodes, n_decisions, seed)
     per: list[dict[str, Any]] = []
     runtime = None
+    teacher_id = str(getattr(teacher, "model_id", "?"))
+    ckpt = Path(checkpoint) if checkpoint else None
+    done = _done_rows(ckpt, teacher_id, estimators)
+    if ckpt is not None and ckpt.exists() and not ckpt.read_bytes().endswith(b"\n") and ckpt.stat().st_size:
+        with ckpt.open("a", encoding="utf-8") as f:   # a torn last line stays on its own line
+            f.write("\n")
     for dp in tqdm(decisions, desc="compare estimators", unit="decision", disable=not progress):
+        if dp.decision_id in done:
+            per.append({k: v for k, v in done[dp.decision_id].items() if k != "teacher"})
+            continue
         if runtime is None or runtime.episode.episode_id != dp.episode.episode_id:
             runtime = RuntimeCandidates(dp.episode, teacher.tokenizer, memory)
         cards = runtime.at(dp)
@@ -71,12 +102,22 @@ def compare(episodes: Sequence[Episode], teacher: Any, estimators: Sequence[str]
         for name, est in ests.items():
             if not cards:
                 continue
+            if name == "loo_loi" and {"loo", "loi"} <= set(row["deltas"]):   # exactly their mean: not run twice
+                row["deltas"][name] = ((np.asarray(row["deltas"]["loo"]) + np.asarray(row["deltas"]["loi"])) / 2).tolist()
+                row["seconds"][name] = row["seconds"]["loo"] + row["seconds"]["loi"]          # what it costs alone
+                row["forward_tokens"][name] = row["forward_tokens"]["loo"] + row["forward_tokens"]["loi"]
+                continue
             t0 = time.perf_counter()
             res = est.estimate(teacher, dp, cards)
             row["seconds"][name] = time.perf_counter() - t0
             row["deltas"][name] = np.nan_to_num(res.deltas, nan=-1e9).tolist()
             row["forward_tokens"][name] = res.n_forward_tokens
         per.append(row)
+        if ckpt is not None:
+            with ckpt.open("a", encoding="utf-8") as f:
+                f.write(json.dumps({**row, "teacher": teacher_id}) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
     return {"teacher": getattr(teacher, "model_id", "?"), "estimators": list(estimators), "seed": seed,
             "decisions": per, "summary": summarize(per, list(estimators))}
 

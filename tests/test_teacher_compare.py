@@ -1,0 +1,80 @@
+"""`damc.teacher.compare` (behind scripts/compare_estimators.py): key-card hit rates per estimator on the runtime's
+candidates, `loo_loi` derived from its halves, a killed comparison resuming from its checkpoint; and one decision
+with the real smollm2-135m teacher."""
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from conftest import small_episode
+
+import damc.teacher.compare as cmp
+from damc.teacher.compare import compare, markdown, sample_decisions
+
+
+class _Fake:
+    """An estimator that values key cards `key_value` and the others 0 (or the reverse order), counting calls."""
+
+    calls: list[str] = []
+
+    def __init__(self, name: str, key_value: float):
+        self.name, self.key_value = name, key_value
+
+    def estimate(self, teacher, dp, cards):
+        _Fake.calls.append(self.name)
+        keys = set(dp.key_card_ids)
+        d = np.array([self.key_value if c.card_id in keys else 0.0 for c in cards]) + 1e-3 * np.arange(len(cards))
+        return SimpleNamespace(deltas=d, n_forward_tokens=10 * len(cards))
+
+
+@pytest.fixture()
+def fakes(monkeypatch):
+    _Fake.calls = []
+    monkeypatch.setattr("damc.teacher.estimators.ESTIMATORS", {
+        "loo": lambda: _Fake("loo", 1.0), "loi": lambda: _Fake("loi", -1.0), "loo_loi": lambda: _Fake("loo_loi", 0.0)})
+    return SimpleNamespace(tokenizer=None, model_id="fake-teacher")
+
+
+def test_hits_loo_loi_and_resume_from_the_checkpoint(fakes, tmp_path):
+    episodes = [small_episode(40)]
+    dps = sample_decisions(episodes, 3, seed=0)
+    assert len(dps) == 3 and all(dp.key_card_ids for dp in dps)
+    ckpt = tmp_path / "cmp.partial.jsonl"
+    res = compare(episodes, fakes, ["loo", "loi", "loo_loi"], n_decisions=3, checkpoint=ckpt, progress=False)
+    s = res["summary"]
+    assert s["loo"]["hit@1"] == 1.0 and s["loi"]["hit@1"] == 0.0          # key cards valued highest / lowest
+    assert _Fake.calls == ["loo", "loi"] * 3                               # loo_loi is never run when both halves are
+    for r in res["decisions"]:
+        np.testing.assert_allclose(r["deltas"]["loo_loi"], (np.array(r["deltas"]["loo"]) + r["deltas"]["loi"]) / 2)
+        assert r["forward_tokens"]["loo_loi"] == r["forward_tokens"]["loo"] + r["forward_tokens"]["loi"]
+    assert "| loo_loi |" in markdown(res)
+    lines = ckpt.read_text().splitlines()
+    assert len(lines) == 3 and all(json.loads(x)["teacher"] == "fake-teacher" for x in lines)
+
+    _Fake.calls = []
+    assert compare(episodes, fakes, ["loo", "loi"], n_decisions=3, checkpoint=ckpt, progress=False)["decisions"] \
+        == [{k: v for k, v in json.loads(x).items() if k != "teacher"} for x in lines]
+    assert _Fake.calls == []                                               # all three came from the checkpoint
+    ckpt.write_text("\n".join(lines[:2]) + "\n" + lines[2][: len(lines[2]) // 2])   # killed mid-write
+    again = compare(episodes, fakes, ["loo", "loi", "loo_loi"], n_decisions=3, checkpoint=ckpt, progress=False)
+    assert _Fake.calls == ["loo", "loi"]
+    assert [again["summary"][e][h] for e in ("loo", "loi", "loo_loi") for h in ("hit@1", "hit@3")] == \
+        [s[e][h] for e in ("loo", "loi", "loo_loi") for h in ("hit@1", "hit@3")]
+    assert len([x for x in ckpt.read_text().splitlines() if x.strip()]) == 4   # the torn line stays on its own
+    other = SimpleNamespace(tokenizer=None, model_id="another-teacher")        # another teacher reuses nothing
+    _Fake.calls = []
+    compare(episodes, other, ["loo"], n_decisions=3, checkpoint=ckpt, progress=False)
+    assert _Fake.calls == ["loo"] * 3
+
+
+@pytest.mark.slow
+def test_one_decision_with_the_real_teacher():
+    from damc.teacher.backends import HFTeacher
+
+    teacher = HFTeacher("smollm2-135m", dtype="auto", device="cpu", batch_size=4)
+    res = compare([small_episode(24)], teacher, ["loi"], n_decisions=1, progress=False)
+    (row,) = res["decisions"]
+    assert any(row["is_key"]) and len(row["deltas"]["loi"]) == len(row["card_ids"]) >= 2
+    assert np.isfinite(row["deltas"]["loi"]).all() and row["forward_tokens"]["loi"] > 0
+    assert res["summary"]["loi"]["hit@1"] in (0.0, 1.0) and res["teacher"] == "smollm2-135m"
