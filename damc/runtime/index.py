@@ -298,7 +298,8 @@ class CardIndex:
     def rebuild(self, reason: str = "requested") -> None:
         """Rebuild the whole index from the store's hot cards."""
         with self._lock:
-            logger.info("rebuilding card index (%s)", reason)
+            # an in-memory index is built fresh every time (the harness: one per episode): not worth an INFO line
+            (logger.debug if self.path is None else logger.info)("rebuilding card index (%s)", reason)
             self.last_rebuild_reason = reason
             stamp = self.store.stamp()
             hot = self.store.hot_rows()
