@@ -82,3 +82,17 @@ def test_runtime_features_are_what_the_labels_store():
     assert f["pinned"].tolist() == [0.0, 1.0, 0.0] and f["kind_tool_error"].tolist() == [0.0, 1.0, 0.0]
     x = candidate_features("order 88412?", cards, student=[1.0, 2.0, 3.0])
     assert x.shape == (3, len(FEATURES)) and x[:, FEATURES.index("student")].tolist() == [1.0, 2.0, 3.0]
+
+
+def test_cards_on_one_isotonic_plateau_keep_the_linear_order():
+    """A step-shaped calibration map would tie every card on a plateau; the tie-break keeps the linear score's
+    order while staying within 1e-3 nats/token of the calibrated value."""
+    from damc.runtime.combiner import TIE_BREAK
+
+    comb = Combiner(features=["student"], mean=[0.0], scale=[1.0], coef=[1.0], intercept=0.0,
+                    iso_x=[-1.0, 0.0, 1.0, 2.0], iso_y=[0.0, 0.5, 0.5, 1.0])   # a plateau over [0, 1]
+    x = np.array([[0.2], [0.9], [0.5], [-0.5]])
+    pred = comb.predict(x)
+    assert list(np.argsort(-pred)) == [1, 2, 0, 3]                             # no ties: the linear order
+    plain = np.interp(x[:, 0], comb.iso_x, comb.iso_y)
+    assert np.all(np.abs(pred - plain) <= TIE_BREAK * np.abs(x[:, 0]) + 1e-6)

@@ -34,6 +34,7 @@ from damc.runtime.valuers.heuristic import is_pinned, query_body
 KINDS = ("tool_result", "tool_error", "user", "assistant")
 FEATURES = ("student", "bm25", "cosine", "log_age") + tuple(f"kind_{k}" for k in KINDS) + ("pinned",)
 COMBINER_FILE = "combiner.json"
+TIE_BREAK = 1e-3   # weight of the linear score added to the isotonic value (orders cards within a plateau)
 
 
 def base_features(query: str, cards: Sequence[Card], cosine: Sequence[float] | None = None) -> dict[str, np.ndarray]:
@@ -97,10 +98,16 @@ class Combiner:
         return z @ np.asarray(self.coef) + self.intercept
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        """The predicted delta of each row, `(n,)` (float32)."""
+        """The predicted delta of each row, `(n,)` (float32).
+
+        Isotonic regression fitted on a few hundred label rows is a step function: many candidates land on one
+        plateau and would tie, so the ranking the linear score holds would be lost to the selector's tie-break.
+        `TIE_BREAK` × the linear score is added — strictly increasing, at most ~0.001 nats per token off the
+        calibration — so cards on one plateau keep their order."""
         if len(x) == 0:
             return np.zeros(0, dtype=np.float32)
-        return np.interp(self.score(x), self.iso_x, self.iso_y).astype(np.float32)
+        z = self.score(x)
+        return (np.interp(z, self.iso_x, self.iso_y) + TIE_BREAK * z).astype(np.float32)
 
     def save(self, path: str | Path) -> None:
         from damc.data.episodes import atomic_write_text
