@@ -125,9 +125,7 @@ def bench_context(n_cards: int, candidates: Sequence[int], decisions: int, score
         queries = [session_messages(20_000 + i, 1, rng)[1]["content"] for i in range(decisions)]
         for cap in candidates:
             mem.config.top_n = mem.config.max_candidates = int(cap)
-            inner = getattr(mem.valuer, "clear", None)
-            if inner:
-                inner()                              # a fresh value cache per setting
+            mem.valuer.clear()                       # a fresh value cache per setting (a CachedValuer)
             # warm-up (model load, first FAISS search, tokenizer caches)
             mem.build_context(live + [{"role": "user", "content": "warm up"}], tools=tools, session_id="live")
             stages: dict[str, list[float]] = {}

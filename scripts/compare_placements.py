@@ -29,41 +29,28 @@ def compare(out_dir: Path, overrides: list[str]) -> str:
     from hydra import compose, initialize_config_module
 
     from damc.eval.harness import main
-    from damc.eval.stats import paired_bootstrap
 
-    runs = {}
     for placement in ("message", "system"):
-        out = out_dir / placement
         with initialize_config_module("damc.configs", version_base="1.3"):
-            cfg = compose("evaluate", overrides=[*overrides, f"memory.placement={placement}", f"out_dir={out}"])
+            cfg = compose("evaluate", overrides=[*overrides, f"memory.placement={placement}",
+                                                 f"out_dir={out_dir / placement}"])
         main(cfg)
-        runs[placement] = _records(out)
-    keys = sorted({k for k, _ in runs["message"]})
-    lines = ["| policy@setting | n | accuracy, message | accuracy, system | message − system [95 % CI] |",
-             "|---|---:|---:|---:|---|"]
-    for key in keys:
-        ids = sorted(d for k, d in runs["message"] if k == key and (k, d) in runs["system"])
-        if not ids:  # a policy only one of the runs evaluated (an earlier run's records in the same dir)
-            continue
-        a = [float(runs["message"][(key, d)]["correct"]) for d in ids]
-        b = [float(runs["system"][(key, d)]["correct"]) for d in ids]
-        clusters = [d.split("@")[0] for d in ids]
-        p = paired_bootstrap(a, b, clusters=clusters, n_boot=2000)
-        lines.append(f"| {key} | {len(ids)} | {sum(a) / len(a):.2f} | {sum(b) / len(b):.2f} | "
-                     f"{p['delta']:+.2f} [{p['ci'][0]:+.2f}, {p['ci'][1]:+.2f}] |")
-    table = "\n".join(lines)
+    table = pooled([out_dir], head="policy@setting", digits=2)
     (out_dir / "placements.md").write_text(table + "\n")
     return table
 
 
-def pooled(out_dirs: list[Path]) -> str:
-    """The paired difference over the decisions of several finished A/Bs together (clusters: dataset × episode)."""
+def pooled(out_dirs: list[Path], head: str | None = None, digits: int = 3) -> str:
+    """Per policy@setting, both accuracies and the paired difference message − system over the decisions of the
+    finished A/Bs in `out_dirs` together (cluster bootstrap; clusters: dataset × episode). A policy only one of
+    the placements evaluated (an earlier run's records in the same dir) is left out."""
     from damc.eval.stats import paired_bootstrap
 
     runs = [(d.name, _records(d / "message"), _records(d / "system")) for d in out_dirs]
     keys = sorted({k for _, m, _ in runs for k, _ in m})
-    lines = [f"| pooled: {', '.join(n for n, _, _ in runs)} | n | accuracy, message | accuracy, system | "
-             "message − system [95 % CI] |", "|---|---:|---:|---:|---|"]
+    head = head or f"pooled: {', '.join(n for n, _, _ in runs)}"
+    lines = [f"| {head} | n | accuracy, message | accuracy, system | message − system [95 % CI] |",
+             "|---|---:|---:|---:|---|"]
     for key in keys:
         a, b, clusters = [], [], []
         for name, m, s in runs:
@@ -73,8 +60,8 @@ def pooled(out_dirs: list[Path]) -> str:
             clusters += [f"{name}:{d.split('@')[0]}" for d in ids]
         if a:
             p = paired_bootstrap(a, b, clusters=clusters, n_boot=2000)
-            lines.append(f"| {key} | {len(a)} | {sum(a) / len(a):.3f} | {sum(b) / len(b):.3f} | "
-                         f"{p['delta']:+.3f} [{p['ci'][0]:+.3f}, {p['ci'][1]:+.3f}] |")
+            lines.append(f"| {key} | {len(a)} | {sum(a) / len(a):.{digits}f} | {sum(b) / len(b):.{digits}f} | "
+                         f"{p['delta']:+.{digits}f} [{p['ci'][0]:+.{digits}f}, {p['ci'][1]:+.{digits}f}] |")
     return "\n".join(lines)
 
 

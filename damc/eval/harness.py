@@ -421,12 +421,12 @@ def main(cfg: Any) -> dict[str, Any]:
     out_dir = Path(cfg.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     units, policies = build_units(cfg)
-    if not cfg.get("score", True):
-        needs = sorted({u.name for u in units if type(u.policy).__name__ in ("LLMJudgePolicy", "DAMCTeacherPolicy")})
-        if needs:
-            raise ValueError(f"score=false loads no decision LLM, but {needs} value cards with it: drop them from "
-                             f"`policies` or set score=true")
-    llm = load_decision_llm(cfg.llm, score=bool(cfg.get("score", True)))
+    score = bool(cfg.get("score", True))
+    needs = sorted({u.name for u in units if u.policy.needs_llm})
+    if needs and not score:
+        raise ValueError(f"score=false loads no decision LLM, but {needs} value cards with it: drop them from "
+                         f"`policies` or set score=true")
+    llm = load_decision_llm(cfg.llm, score=score)
     env = PolicyEnv(count_tokens=llm.count_tokens, llm=llm.backend, window_tokens=llm.window)
     decisions = select_decisions(load_episodes(cfg.data.path), cfg, llm.count_tokens)
     if not decisions:

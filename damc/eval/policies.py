@@ -277,6 +277,7 @@ class LLMJudgePolicy(CardPolicy):
     LLM, its loaded weights are shared."""
 
     name = "llm_judge"
+    needs_llm = True
 
     def __init__(self, model: str = "smollm2-135m", **judge_kwargs: Any):
         self.model, self.judge_kwargs = model, judge_kwargs
@@ -346,6 +347,7 @@ class DAMCTeacherPolicy(CardPolicy):
 
     name = "damc_teacher"
     needs_gold = True
+    needs_llm = True
     sweepable = False
 
     def make_valuer(self, env, gold=None):

@@ -137,12 +137,14 @@ class Policy(ABC):
         kind: "card" (a valuer in the runtime) or "message".
         budgeted: False when the policy ignores the budget (run once per decision, reported at every budget).
         needs_gold: True only for reference policies (they get a `GoldView`).
+        needs_llm: True when the policy values cards with the decision LLM (refused by `score=false`).
     """
 
     name: str = "policy"
     kind: str = "message"
     budgeted: bool = True
     needs_gold: bool = False
+    needs_llm: bool = False
 
     @abstractmethod
     def build(self, view: DecisionView, setting: Setting, env: PolicyEnv, *, memory: Any = None,

@@ -61,13 +61,18 @@ def export_onnx(model: Any, tokenizer: Any, path: Path, opset: int = 17) -> Path
     return path
 
 
+def _verbose() -> bool:
+    """`-v` was given (`damc.cli.quiet_third_party(verbose=True)` puts the damc logger at DEBUG)."""
+    return logging.getLogger("damc").level == logging.DEBUG
+
+
 @contextlib.contextmanager
 def _no_tracer_warnings() -> Any:
     """Mute the tracer's notes on Hugging Face masking code during ONNX export (`-v` shows them)."""
     import torch
 
     with warnings.catch_warnings():
-        if logging.getLogger("damc").level != logging.DEBUG:
+        if not _verbose():
             warnings.simplefilter("ignore", torch.jit.TracerWarning)
         yield
 
@@ -78,9 +83,8 @@ def quantize_int8(src: Path, dst: Path) -> Path:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     # onnxruntime's quantizer logs one INFO line per tensor through the *root* logger: muted unless -v
-    # (`damc.cli.quiet_third_party(verbose=True)` puts the damc logger at DEBUG)
     root, level = logging.getLogger(), logging.getLogger().level
-    if logging.getLogger("damc").level != logging.DEBUG:
+    if not _verbose():
         root.setLevel(max(level, logging.ERROR))
     try:
         # DefaultTensorType: fused contrib ops (Attention, SkipLayerNormalization) defeat ONNX shape inference.

@@ -50,11 +50,16 @@ def sample_decisions(episodes: Sequence[Episode], n: int, seed: int = 0) -> list
 
 
 def _done_rows(checkpoint: Path | None, teacher_id: str, estimators: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """Rows of an earlier (killed) run of the same teacher that carry every estimator; a torn last line is skipped."""
+    """Rows of an earlier (killed) run of the same teacher that carry every estimator; a torn last line is skipped
+    (and ended, so the rows appended after it stay on lines of their own)."""
     done: dict[str, dict[str, Any]] = {}
     if checkpoint is None or not checkpoint.exists():
         return done
-    for line in checkpoint.read_text(encoding="utf-8").splitlines():
+    text = checkpoint.read_text(encoding="utf-8")
+    if text and not text.endswith("\n"):
+        with checkpoint.open("a", encoding="utf-8") as f:
+            f.write("\n")
+    for line in text.splitlines():
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
@@ -84,9 +89,6 @@ def compare(episodes: Sequence[Episode], teacher: Any, estimators: Sequence[str]
     teacher_id = str(getattr(teacher, "model_id", "?"))
     ckpt = Path(checkpoint) if checkpoint else None
     done = _done_rows(ckpt, teacher_id, estimators)
-    if ckpt is not None and ckpt.exists() and not ckpt.read_bytes().endswith(b"\n") and ckpt.stat().st_size:
-        with ckpt.open("a", encoding="utf-8") as f:   # a torn last line stays on its own line
-            f.write("\n")
     for dp in tqdm(decisions, desc="compare estimators", unit="decision", disable=not progress):
         if dp.decision_id in done:
             per.append({k: v for k, v in done[dp.decision_id].items() if k != "teacher"})
@@ -99,19 +101,21 @@ def compare(episodes: Sequence[Episode], teacher: Any, estimators: Sequence[str]
         row: dict[str, Any] = {"decision_id": dp.decision_id, "card_ids": [c.card_id for c in cards],
                                "is_key": [c.card_id in keys for c in cards], "key_in_window": bool(keys & set(newest)),
                                "deltas": {}, "seconds": {}, "forward_tokens": {}}
+        raw: dict[str, np.ndarray] = {}
         for name, est in ests.items():
             if not cards:
                 continue
-            if name == "loo_loi" and {"loo", "loi"} <= set(row["deltas"]):   # exactly their mean: not run twice
-                row["deltas"][name] = ((np.asarray(row["deltas"]["loo"]) + np.asarray(row["deltas"]["loi"])) / 2).tolist()
+            if name == "loo_loi" and {"loo", "loi"} <= set(raw):   # exactly their mean (`LooLoi`): not run twice
+                raw[name] = (raw["loo"] + raw["loi"]) / 2.0
                 row["seconds"][name] = row["seconds"]["loo"] + row["seconds"]["loi"]          # what it costs alone
                 row["forward_tokens"][name] = row["forward_tokens"]["loo"] + row["forward_tokens"]["loi"]
-                continue
-            t0 = time.perf_counter()
-            res = est.estimate(teacher, dp, cards)
-            row["seconds"][name] = time.perf_counter() - t0
-            row["deltas"][name] = np.nan_to_num(res.deltas, nan=-1e9).tolist()
-            row["forward_tokens"][name] = res.n_forward_tokens
+            else:
+                t0 = time.perf_counter()
+                res = est.estimate(teacher, dp, cards)
+                row["seconds"][name] = time.perf_counter() - t0
+                raw[name] = np.asarray(res.deltas, dtype=float)
+                row["forward_tokens"][name] = res.n_forward_tokens
+            row["deltas"][name] = np.nan_to_num(raw[name], nan=-1e9).tolist()
         per.append(row)
         if ckpt is not None:
             with ckpt.open("a", encoding="utf-8") as f:
