@@ -422,7 +422,7 @@ def main(cfg: Any) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
     units, policies = build_units(cfg)
     score = bool(cfg.get("score", True))
-    needs = sorted({u.name for u in units if u.policy.needs_llm})
+    needs = sorted({u.name for u in units if getattr(u.policy, "needs_llm", False)})
     if needs and not score:
         raise ValueError(f"score=false loads no decision LLM, but {needs} value cards with it: drop them from "
                          f"`policies` or set score=true")

@@ -137,7 +137,8 @@ class Policy(ABC):
         kind: "card" (a valuer in the runtime) or "message".
         budgeted: False when the policy ignores the budget (run once per decision, reported at every budget).
         needs_gold: True only for reference policies (they get a `GoldView`).
-        needs_llm: True when the policy values cards with the decision LLM (refused by `score=false`).
+        needs_llm: True when the policy values cards with the decision LLM (refused by `score=false`); optional
+            for a policy registered without subclassing `Policy` (read with a False default).
     """
 
     name: str = "policy"
