@@ -247,8 +247,11 @@ def test_auto_backend_takes_int8_onnx_when_exported(scorer_dir, tmp_path):
     from damc.runtime.valuers import ScorerValuer
 
     labels = [json.loads(x) for x in LABELS.read_text().splitlines()]
-    query = labels[0]["decision_text"]
-    texts = [r["card_text"] for r in labels if r["decision_id"] == labels[0]["decision_id"]]
+    by_decision: dict[str, tuple[str, list[str]]] = {}
+    for r in labels:
+        by_decision.setdefault(r["decision_id"], (r["decision_text"], []))[1].append(r["card_text"])
+    # pooled over several decisions: one decision's handful of near-tied scores makes a noisy Spearman
+    pairs = list(by_decision.values())[:6]
     plain = ScorerValuer.from_pretrained(str(scorer_dir))
     assert plain.scorer.session is None and plain.scorer.model is not None      # no int8 file: torch
     d = tmp_path / "with_int8"
@@ -256,10 +259,12 @@ def test_auto_backend_takes_int8_onnx_when_exported(scorer_dir, tmp_path):
     quantize_int8(d / "model.onnx", d / "model_int8.onnx")
     auto = ScorerValuer.from_pretrained(str(d))
     assert auto.scorer.session is not None and auto.scorer.dtype == "int8"
-    ref = CardScorer.from_pretrained(d, dtype="float32").score(query, texts)
-    got = auto.scorer.score(query, texts)
+    fp32 = CardScorer.from_pretrained(d, dtype="float32")
+    ref = np.concatenate([fp32.score(q, texts) for q, texts in pairs])
+    got = np.concatenate([auto.scorer.score(q, texts) for q, texts in pairs])
+    assert len(ref) >= 20
     rho, gap = spearmanr(ref, got)[0], np.abs(ref - got).max()
-    assert rho > 0.8 and gap < 0.25, (rho, gap, ref.tolist(), got.tolist())     # int8 keeps the ranking
+    assert rho > 0.9 and gap < 0.25, (rho, gap, len(ref))     # int8 keeps the ranking
 
 
 def test_symlog_normalisation_round_trips_and_tames_the_tail():
