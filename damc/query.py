@@ -1,8 +1,12 @@
 """The texts the scorer reads — the decision query and the card rendering (versioned together) — and the
 card document retrieval indexes.
 
-The scorer never sees the gold action. Its query is a fixed rendering of what is known at decision
-time — the latest user message, the last few turns (short) and the names of the available tools.
+The scorer never sees the gold action. The decision query is a fixed rendering of what is known at
+decision time — the latest user message, the last few turns (short) and the names of the available tools;
+retrieval embeds it whole. The scorer reads `query_body(query)`, the query without its tool list (since
+`RENDER_VERSION` 3), as BM25 and the heuristic always did: the list is the same for every card of a
+decision, it is one domain's wording (a scorer trained on retail's tool names meets airline's), and on
+τ²-bench it was ~100 of the query's ~125 tokens — half of every (query, card) pair scored at each decision.
 Each card is rendered by `render_card` as the **line the prompt will carry** (its template, see
 `damc.templates`) headed by its kind and age — `[tool_error · 12 messages ago] ✗ get_order(order_id=88412)
 failed: 500 …` — so one model learns content × recency × kind, and scores 3–5× fewer tokens than the raw
@@ -29,7 +33,8 @@ from damc.data.episodes import message_text, render_action
 from damc.templates import clip as _clip
 from damc.templates import template_compress
 
-RENDER_VERSION = "2"   # 2: the template line headed by kind and age (1: kind, call and raw payload)
+RENDER_VERSION = "3"     # 3: the scorer reads the query without its tool list; 2: card = template line with kind and age
+CARD_RENDER_SINCE = "2"  # cards are rendered the same way since this version (older labels need relabelling)
 
 QUERY_USER_CHARS = 400     # latest user message, truncated
 QUERY_TURN_CHARS = 160     # each recent message after it, truncated
@@ -74,6 +79,12 @@ def render_decision_query(context_messages: list[dict[str, Any]], tools: list[di
     if names:
         parts.append("tools: " + ", ".join(names))
     return "\n".join(parts)
+
+
+def query_body(query: str) -> str:
+    """The decision query without its tool list: what the scorer (since `RENDER_VERSION` 3), BM25 and the
+    heuristic read. Idempotent, so a query already stripped passes unchanged."""
+    return "\n".join(line for line in query.splitlines() if not line.startswith("tools: "))
 
 
 def card_age(card: Card) -> int | None:

@@ -60,3 +60,17 @@ def test_the_small_tau2_study_runs_end_to_end_and_resumes(tmp_path, capsys):
     assert report.startswith("### tau2_retail") and "Operating points (chosen on the dev split)" in report
     assert "Pareto front" in report and "Stage times" in report and "| **damc** |" in report
     assert run_study(cfg)["timings_s"] == {}                        # a rerun: every stage done with these settings
+
+
+def test_a_stage_made_with_another_render_version_is_not_reused(monkeypatch):
+    """Labels, scorers and evaluations depend on the query/card rendering: a new RENDER_VERSION reruns them."""
+    from omegaconf import OmegaConf
+
+    import damc.query
+    from damc.eval.pipelines import fingerprint
+
+    cfg = OmegaConf.create({"out_dir": "x", "estimator": {"name": "loi"}})
+    now = fingerprint("label", cfg, "before")
+    assert fingerprint("label", cfg, "before") == now
+    monkeypatch.setattr(damc.query, "RENDER_VERSION", "0-older")
+    assert fingerprint("label", cfg, "before") != now

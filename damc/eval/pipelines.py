@@ -121,11 +121,14 @@ def stage_main(stage: str) -> tuple[str, Callable[[Any], dict[str, Any]]]:
 
 
 def fingerprint(name: str, stage_cfg: Any, before: str) -> str:
-    """Hash of a composed stage config and the fingerprint of the stages before it."""
+    """Hash of a composed stage config, the render version (labels, scorers and evaluations made with another
+    query/card rendering are not reused) and the fingerprint of the stages before it."""
     from omegaconf import OmegaConf
 
+    from damc.query import RENDER_VERSION
+
     text = OmegaConf.to_yaml(stage_cfg, resolve=True)
-    return hashlib.sha256(f"{before}|{name}|{text}".encode()).hexdigest()[:16]
+    return hashlib.sha256(f"{before}|{name}|render {RENDER_VERSION}|{text}".encode()).hexdigest()[:16]
 
 
 def marker(stages_dir: Path, stage: str) -> Path:

@@ -29,7 +29,8 @@ from damc.cards import Card
 from damc.query import card_age, card_document
 from damc.runtime.lexical import bm25_scores, bm25_tokens
 from damc.runtime.scope import scope_of
-from damc.runtime.valuers.heuristic import is_pinned, query_body
+from damc.query import query_body
+from damc.runtime.valuers.heuristic import is_pinned
 
 KINDS = ("tool_result", "tool_error", "user", "assistant")
 FEATURES = ("student", "bm25", "cosine", "log_age") + tuple(f"kind_{k}" for k in KINDS) + ("pinned",)

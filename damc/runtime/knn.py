@@ -64,7 +64,10 @@ class KNNValue:
         """Index a label dataset (`datasets.Dataset` or anything with the label columns)."""
         import faiss
 
-        dec, card, delta = list(labels["decision_text"]), list(labels["card_text"]), list(labels["delta"])
+        from damc.query import query_body
+
+        dec = [query_body(t) for t in labels["decision_text"]]   # labels of any render version: no tool list
+        card, delta = list(labels["card_text"]), list(labels["delta"])
         if not dec:
             raise ValueError("no labels to fit")
         self.decisions = list(dict.fromkeys(dec))
@@ -95,13 +98,13 @@ class KNNValue:
 
     def value(self, decision_text: str, cards: Sequence[Any], k: int | None = None) -> np.ndarray:
         """(n_cards,) values of `cards` (card texts, or Cards rendered with `render_card`) for a decision."""
-        from damc.query import render_card
+        from damc.query import query_body, render_card
 
         texts = [c if isinstance(c, str) else render_card(c) for c in cards]
         if not texts:
             return np.zeros(0)
         k = min(k or self.cfg.k, len(self.decisions))
-        q = self._embed([decision_text])  # (1, dim)
+        q = self._embed([query_body(decision_text)])  # (1, dim)
         sims, idx = self.dec_index.search(q, k)  # (1, k)
         near = {int(i): max(float(s), 0.0) for s, i in zip(sims[0], idx[0]) if i >= 0}
         dec_sim_all = (self.dec_emb @ q[0]).clip(min=0.0)  # (n_decisions,) cosine to the query

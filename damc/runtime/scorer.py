@@ -198,7 +198,8 @@ class CardScorer:
             raise IncompatibleScorerError(
                 f"{path} was trained on query/card rendering version {meta['render_version']!r} but this DAMC "
                 f"renders version {RENDER_VERSION!r}; retrain (or re-export) the scorer on labels rendered by "
-                f"this version, or pass check_render_version=False to score anyway")
+                f"this version (labels of version ≥ 2 are carried over without the teacher by "
+                f"scripts/rerender_labels.py), or pass check_render_version=False to score anyway")
         kwargs = dict(batch_size=batch_size, max_batch_tokens=max_batch_tokens, path=str(path))
         if backend == "torch":
             model, tokenizer, dtype = _load_torch(path, dtype, device, num_threads)
@@ -318,7 +319,8 @@ class CardScorer:
         """Score each card for one decision.
 
         Args:
-            decision: the rendered decision query (`damc.query.render_decision_query`).
+            decision: the rendered decision query (`damc.query.render_decision_query`); the scorer reads its
+                `query_body` (no tool list), as it was trained.
             cards: `Card` objects (rendered with `damc.query.render_card`) or already-rendered strings.
 
         Returns:
@@ -327,7 +329,10 @@ class CardScorer:
         Example:
             >>> scorer.score(query, cards).argmax()   # the most useful card
         """
-        return self.predict([(decision, card_text(c)) for c in cards], batch_size=batch_size)
+        from damc.query import query_body
+
+        q = query_body(decision)
+        return self.predict([(q, card_text(c)) for c in cards], batch_size=batch_size)
 
     def rank(self, decision: str, cards: Sequence[Any], top_k: int | None = None) -> list[dict[str, Any]]:
         """Cards sorted by score, best first: `[{"corpus_id", "score", "card_id"?}, ...]`.

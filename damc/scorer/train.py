@@ -205,7 +205,9 @@ def _prepare_data(cfg: Any) -> _PreparedData:
     teachers = sorted(set(ds.unique("teacher")))
     versions = sorted(set(ds.unique("render_version"))) if "render_version" in ds.column_names else []
     if versions and versions != [str(RENDER_VERSION)]:
-        logger.warning("labels were rendered with version(s) %s but this DAMC renders %s", versions, RENDER_VERSION)
+        logger.warning("labels were rendered with version(s) %s but this DAMC renders %s: the exported scorer will "
+                       "be refused at load; carry the labels over first with scripts/rerender_labels.py LABELS "
+                       "EPISODES OUT", versions, RENDER_VERSION)
     return _PreparedData(ds, decisions, train_dec, dev_dec, norm, train_ds, dev_ds, teachers, versions)
 
 

@@ -107,10 +107,10 @@ def _rows(dp: DecisionPoint, cards: list, res: Any, est_name: str, teacher_id: s
           features: dict[str, dict[str, float]] | None = None) -> list[dict[str, Any]]:
     """Label rows: the student's rendering of each card (`card_text`, age and kind included) beside the line the
     teacher saw (`teacher_text`); `delta` in nats per action token, `logp_*` totals."""
-    from damc.query import RENDER_VERSION, render_card, render_decision_query
+    from damc.query import RENDER_VERSION, query_body, render_card, render_decision_query
     from damc.teacher.context import memory_line
 
-    decision_text = render_decision_query(dp.context, dp.episode.tools)
+    decision_text = query_body(render_decision_query(dp.context, dp.episode.tools))   # what the student reads
     keys = set(dp.key_card_ids)
     rows = []
     for c, d, w, wo in zip(cards, res.deltas, res.logp_with, res.logp_without):

@@ -15,6 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from damc.cards import Card, critical_atoms
+from damc.query import query_body
 from damc.runtime.valuers.base import Valuer
 
 # Domain-agnostic cues that a user message sets or changes a requirement ("actually, make it 3",
@@ -37,11 +38,6 @@ def is_constraint(text: str) -> bool:
 def is_pinned(card: Card) -> bool:
     """Pinned candidates: tool errors and user constraints / changed requirements."""
     return card.is_error or (card.kind == "user" and is_constraint(card.raw_text))
-
-
-def query_body(query: str) -> str:
-    """The query without its trailing tool list (every card's tool is in it, so it says nothing)."""
-    return "\n".join(line for line in query.splitlines() if not line.startswith("tools: "))
 
 
 @dataclass

@@ -20,7 +20,8 @@ from damc.query import card_document
 from damc.runtime.lexical import bm25_scores, bm25_tokens
 from damc.runtime.scope import scope_of
 from damc.runtime.valuers.base import Valuer
-from damc.runtime.valuers.heuristic import HeuristicValuer, query_body
+from damc.query import query_body
+from damc.runtime.valuers.heuristic import HeuristicValuer
 
 class SimilarityValuer(Valuer):
     """Cosine similarity of each card's embedding to the query's, clipped to [0, 1].
