@@ -6,8 +6,11 @@ matrix. A Huber-loss linear model (robust to the heavy tail of counterfactual de
 isotonic regression maps that score onto the teacher's delta — so the combiner predicts deltas in the labels'
 units (nats per action token), the sign kept. Both are saved as plain numbers (`Combiner`, no pickle).
 
-The threshold τ shipped with the scorer is chosen on the **dev** decisions: the predicted delta that best
-separates the cards the teacher says matter (delta ≥ `min_delta`) from the rest (max F1). The A/B harness sweeps
+By default (`combiner.fit_on=heldout`) the combiner is fitted on the **held-out** (dev) decisions, whose student
+scores are out of sample — the student has fitted its training rows, so a combiner fitted there trusts it more
+than new decisions warrant (classic stacking); `fit_on=train` keeps the older fit. The threshold τ shipped with
+the scorer is chosen on the dev decisions (out of fold when the combiner was fitted on them): the predicted
+delta that best separates the cards the teacher says matter (delta ≥ `min_delta`) from the rest (max F1). The A/B harness sweeps
 thresholds on its own dev split as well.
 
 Example:
@@ -46,19 +49,25 @@ def feature_matrix(rows: Any, student: Sequence[float]) -> np.ndarray:
     return np.stack([cols[f] for f in FEATURES], axis=1)
 
 
-def fit(x: np.ndarray, y: np.ndarray, epsilon: float = 1.35, alpha: float = 1e-3) -> Combiner:
-    """A Huber linear model on standardised features, then an isotonic map from its score to the delta."""
+def fit(x: np.ndarray, y: np.ndarray, epsilon: float = 1.35, alpha: float = 1e-3,
+        use: Sequence[str] | None = None) -> Combiner:
+    """A Huber linear model on standardised features, then an isotonic map from its score to the delta.
+
+    `use`: the features the linear model may weigh (None: all of `FEATURES`); the others get weight 0."""
     from sklearn.isotonic import IsotonicRegression
     from sklearn.linear_model import HuberRegressor
 
-    mean = x.mean(axis=0)
+    mask = np.array([use is None or f in use for f in FEATURES])
+    mean = np.where(mask, x.mean(axis=0), 0.0)
     scale = x.std(axis=0)
-    scale[scale < 1e-9] = 1.0
+    scale[(scale < 1e-9) | ~mask] = 1.0
     z = (x - mean) / scale
+    z[:, ~mask] = 0.0
     lin = HuberRegressor(epsilon=epsilon, alpha=alpha, max_iter=2000).fit(z, y)
-    score = z @ lin.coef_ + lin.intercept_
+    coef = np.where(mask, lin.coef_, 0.0)
+    score = z @ coef + lin.intercept_
     iso = IsotonicRegression(out_of_bounds="clip").fit(score, y)
-    return Combiner(list(FEATURES), mean.tolist(), scale.tolist(), lin.coef_.tolist(), float(lin.intercept_),
+    return Combiner(list(FEATURES), mean.tolist(), scale.tolist(), coef.tolist(), float(lin.intercept_),
                     [float(v) for v in iso.X_thresholds_], [float(v) for v in iso.y_thresholds_])
 
 
@@ -77,36 +86,92 @@ def choose_threshold(pred: np.ndarray, delta: np.ndarray, min_delta: float) -> t
     return best, best_f1
 
 
+MIN_HELDOUT_DECISIONS = 5   # fewer held-out decisions than this: fit on the training rows instead (with a warning)
+
+
+def _out_of_fold(rows: Any, student: Sequence[float], folds: int = 5,
+                 use: Sequence[str] | None = None) -> np.ndarray:
+    """Each row's prediction by a combiner fitted on the other decisions' rows (GroupKFold by decision)."""
+    from sklearn.model_selection import GroupKFold
+
+    x, y = feature_matrix(rows, student), rows["delta"].to_numpy(float)
+    groups = rows["decision_id"].to_numpy()
+    out = np.empty(len(rows))
+    for fit_idx, held in GroupKFold(n_splits=min(folds, len(set(groups)))).split(x, y, groups):
+        out[held] = fit(x[fit_idx], y[fit_idx], use=use).predict(x[held])
+    return out
+
+
+def _mean_spearman(rows: Any, pred: np.ndarray) -> float:
+    from damc.eval.metrics import spearman
+
+    d = rows.assign(_pred=np.asarray(pred, dtype=float))
+    return float(np.nanmean([spearman(g["_pred"], g["delta"]) for _, g in d.groupby("decision_id")]))
+
+
 def fit_combiner(train: Any, train_student: Sequence[float], dev: Any | None = None,
-                 dev_student: Sequence[float] | None = None, min_delta: float = 0.05) -> tuple[Combiner, float | None,
-                                                                                             dict[str, Any]]:
-    """Fit on the training rows, report on both splits, choose τ on dev (train when there is no dev split).
+                 dev_student: Sequence[float] | None = None, min_delta: float = 0.05,
+                 fit_on: str = "train", features: str = "auto") -> tuple[Combiner, float | None, dict[str, Any]]:
+    """Fit the combiner, report on both splits, choose τ.
+
+    `fit_on="train"`: fit on the training rows, choose τ on dev (train when there is no dev split). The
+    student's scores of its own training rows are in sample, so a combiner fitted there may trust the student
+    more than new decisions warrant. `fit_on="heldout"`: fit on the dev rows, whose student scores are out of
+    sample (classic stacking), and judge it and choose τ on out-of-fold predictions (GroupKFold over dev
+    decisions); falls back to `"train"` with fewer than `MIN_HELDOUT_DECISIONS` dev decisions.
+
+    `features="auto"` fits two variants — every signal (`all`) and the student's score alone (`student`, then
+    the combiner is only a calibration of the student) — and keeps the one whose ranking agrees better with the
+    teacher on the dev decisions (mean per-decision Spearman; `all` on a tie or without a dev split): a signal
+    the linear model weighs must help on decisions it was not fitted on. `"all"` / `"student"` force one.
 
     Args:
         train / dev: label rows (DataFrames with the `NEEDED` columns, `delta`, `decision_id`).
         train_student / dev_student: the student's score of each row.
         min_delta: the delta (nats per action token) above which the teacher says a card matters.
+        fit_on: "train" or "heldout" (see above).
+        features: "auto", "all" or "student" (see above).
 
     Returns:
         (combiner, threshold, report) — the report has per-split Spearman (mean over decisions) of the student
-        alone and of the combiner against the teacher's deltas.
+        alone and of the combiner against the teacher's deltas (for `heldout`, dev's combiner figure is out of
+        fold), `fitted_on`, `features` and each variant's dev Spearman.
     """
-    from damc.eval.metrics import spearman
-
-    comb = fit(feature_matrix(train, train_student), train["delta"].to_numpy(float))
-    report: dict[str, Any] = {}
+    if fit_on not in ("train", "heldout"):
+        raise ValueError(f"combiner fit_on must be 'train' or 'heldout', got {fit_on!r}")
+    if features not in ("auto", "all", "student"):
+        raise ValueError(f"combiner features must be 'auto', 'all' or 'student', got {features!r}")
+    has_dev = dev is not None and dev_student is not None and len(dev) > 0
+    n_dev = int(dev["decision_id"].nunique()) if has_dev else 0
+    if fit_on == "heldout" and n_dev < MIN_HELDOUT_DECISIONS:
+        logger.warning("combiner: %d held-out decisions (< %d): fitted on the training rows instead", n_dev,
+                       MIN_HELDOUT_DECISIONS)
+        fit_on = "train"
+    variants = {"all": None, "student": ("student",)}
+    names = ["all", "student"] if features == "auto" else [features]
+    fitted: dict[str, tuple[Combiner, np.ndarray | None]] = {}
+    for name in names:
+        if fit_on == "heldout":
+            fitted[name] = (fit(feature_matrix(dev, dev_student), dev["delta"].to_numpy(float), use=variants[name]),
+                            _out_of_fold(dev, dev_student, use=variants[name]))
+        else:
+            comb = fit(feature_matrix(train, train_student), train["delta"].to_numpy(float), use=variants[name])
+            fitted[name] = (comb, comb.predict(feature_matrix(dev, dev_student)) if has_dev else None)
+    dev_rho = {n: _mean_spearman(dev, p) for n, (_, p) in fitted.items() if p is not None}
+    chosen = max(dev_rho, key=lambda n: (dev_rho[n], n == "all")) if len(dev_rho) > 1 else names[0]
+    comb, dev_pred = fitted[chosen]
+    report: dict[str, Any] = {"fitted_on": fit_on, "features": chosen, "dev_spearman_by_features": dev_rho}
     for name, rows, st in (("train", train, train_student), ("dev", dev, dev_student)):
         if rows is None or st is None or len(rows) == 0:
             continue
-        pred = comb.predict(feature_matrix(rows, st))
-        d = rows.assign(_pred=pred, _st=np.asarray(st, dtype=float))
-        rho_c = [spearman(g["_pred"], g["delta"]) for _, g in d.groupby("decision_id")]
-        rho_s = [spearman(g["_st"], g["delta"]) for _, g in d.groupby("decision_id")]
-        report[name] = {"spearman_combiner": float(np.nanmean(rho_c)), "spearman_student": float(np.nanmean(rho_s)),
-                        "decisions": int(d["decision_id"].nunique())}
-    sel, sel_st = (dev, dev_student) if dev is not None and len(dev) else (train, train_student)
-    tau, f1 = choose_threshold(comb.predict(feature_matrix(sel, sel_st)), sel["delta"].to_numpy(float), min_delta)
-    report["threshold"] = {"tau": tau, "f1": f1, "min_delta": min_delta, "chosen_on": "dev" if sel is dev else "train"}
+        pred = dev_pred if name == "dev" else comb.predict(feature_matrix(rows, st))
+        report[name] = {"spearman_combiner": _mean_spearman(rows, pred),
+                        "spearman_student": _mean_spearman(rows, np.asarray(st, dtype=float)),
+                        "decisions": int(rows["decision_id"].nunique())}
+    sel, sel_pred = (dev, dev_pred) if has_dev else (train, comb.predict(feature_matrix(train, train_student)))
+    tau, f1 = choose_threshold(np.asarray(sel_pred), sel["delta"].to_numpy(float), min_delta)
+    report["threshold"] = {"tau": tau, "f1": f1, "min_delta": min_delta,
+                           "chosen_on": ("dev (out of fold)" if fit_on == "heldout" else "dev") if has_dev else "train"}
     comb.metrics = report
     logger.info("combiner: %s", report)
     return comb, tau, report

@@ -305,8 +305,9 @@ def _evaluate_dev(cfg: Any, student: _Student, data: _PreparedData, train_summar
 
 
 def _fit_combiner(cfg: Any, student: _Student, data: _PreparedData, out_dir: Path) -> dict[str, Any] | None:
-    """Fit the learned combiner (`damc.scorer.combiner`) on the training decisions' label rows with the trained
-    student's scores, choose its threshold on the dev decisions, write `combiner.json`; None when the labels lack
+    """Fit the learned combiner (`damc.scorer.combiner`) on the label rows of `combiner.fit_on` (held-out dev
+    decisions by default, or the training ones) with the trained student's scores, choose its threshold on the
+    dev decisions, write `combiner.json`; None when the labels lack
     the runtime signals (labels made before RENDER_VERSION 2) or `combiner.enabled=false`."""
     from damc.scorer.combiner import fit_combiner, has_features
 
@@ -322,7 +323,9 @@ def _fit_combiner(cfg: Any, student: _Student, data: _PreparedData, out_dir: Pat
         rows = df[df.decision_id.isin({d.decision_id for d in decs})].reset_index(drop=True)
         scores = score_rows(student, rows, int(cfg.model.max_length))
         parts[name] = (rows, scores)
-    comb, tau, report = fit_combiner(*parts["train"], *parts["dev"], min_delta=float(cfg.combiner.min_delta))
+    comb, tau, report = fit_combiner(*parts["train"], *parts["dev"], min_delta=float(cfg.combiner.min_delta),
+                                     fit_on=str(cfg.combiner.get("fit_on", "train")),
+                                     features=str(cfg.combiner.get("features", "auto")))
     comb.save(out_dir / "combiner.json")
     return {**report, "threshold_choice": report.get("threshold"), "threshold": tau}  # tau: a number or None
 
