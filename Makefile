@@ -35,7 +35,7 @@ demo: $(STAMP)
 
 ## test: the full suite, slow tests included (CI runs this)
 test: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=12 tests
 
 ## test-fast: skip @pytest.mark.slow
 test-fast: $(STAMP)
