@@ -6,12 +6,14 @@ matrix. A Huber-loss linear model (robust to the heavy tail of counterfactual de
 isotonic regression maps that score onto the teacher's delta — so the combiner predicts deltas in the labels'
 units (nats per action token), the sign kept. Both are saved as plain numbers (`Combiner`, no pickle).
 
-By default (`combiner.fit_on=heldout`) the combiner is fitted on the **held-out** (dev) decisions, whose student
-scores are out of sample — the student has fitted its training rows, so a combiner fitted there trusts it more
-than new decisions warrant (classic stacking); `fit_on=train` keeps the older fit. The threshold τ shipped with
-the scorer is chosen on the dev decisions (out of fold when the combiner was fitted on them): the predicted
-delta that best separates the cards the teacher says matter (delta ≥ `min_delta`) from the rest (max F1). The A/B harness sweeps
-thresholds on its own dev split as well.
+Which signals it may weigh is decided on the dev decisions (`combiner.features=auto`, the default): every signal,
+or the student's score alone (then it only calibrates the student), whichever ranks dev closer to the teacher —
+a signal must help on decisions the combiner was not fitted on. It is fitted on the training rows
+(`combiner.fit_on=train`, the default) or, with `fit_on=heldout`, on the dev rows, whose student scores are out of
+sample (classic stacking: the student has fitted its training rows, so a combiner fitted there may trust it more
+than new decisions warrant), then judged out of fold. The threshold τ shipped with the scorer is chosen on the dev
+decisions (out of fold for `heldout`): the predicted delta that best separates the cards the teacher says matter
+(delta ≥ `min_delta`) from the rest (max F1). The A/B harness sweeps thresholds on its own dev split as well.
 
 Example:
     >>> comb, tau, report = fit_combiner(train_rows, train_scores, dev_rows, dev_scores)
