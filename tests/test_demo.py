@@ -75,3 +75,21 @@ def test_a_stage_made_with_another_render_version_is_not_reused(monkeypatch):
     assert fingerprint("label", cfg, "before") == now
     monkeypatch.setattr(damc.query, "RENDER_VERSION", "0-older")
     assert fingerprint("label", cfg, "before") != now
+
+
+def test_a_label_stage_rerun_over_labels_of_other_settings_labels_afresh(tmp_path, capsys):
+    """After an upgrade (e.g. a new render version) `make demo` reruns its label stage into the same directory:
+    labels of other settings there are replaced (said on the console); labels of the same settings resume."""
+    from damc.eval.pipelines import compose_stage, relabel_if_stale
+    from damc.teacher.label import _fingerprint, labels_made_with_other_settings
+
+    out = tmp_path / "labels"
+    cfg = compose_stage("label", [f"data.path={tmp_path / 'train.jsonl'}", f"out_dir={out}"])
+    assert not labels_made_with_other_settings(cfg)                         # nothing there yet
+    out.mkdir()
+    (out / "label_config.json").write_text(json.dumps(_fingerprint(cfg)))
+    relabel_if_stale(cfg)
+    assert cfg.overwrite is False and "afresh" not in capsys.readouterr().out   # same settings: resume
+    (out / "label_config.json").write_text(json.dumps({**_fingerprint(cfg), "render_version": "0-older"}))
+    relabel_if_stale(cfg)
+    assert cfg.overwrite is True and "labelling afresh" in capsys.readouterr().out

@@ -170,6 +170,17 @@ def _evaluate(cfg: Any, paths: dict[str, Path], fn: Callable[[Any], dict[str, An
     return {"results": res, "operating": ops}
 
 
+def relabel_if_stale(stage_cfg: Any) -> None:
+    """A label stage that must rerun (its fingerprint changed) into a directory holding labels of other settings
+    labels afresh (`overwrite=true`, said on the console) instead of stopping: the pipeline owns that directory,
+    and an interrupted run with the same settings still resumes."""
+    from damc.teacher.label import labels_made_with_other_settings
+
+    if labels_made_with_other_settings(stage_cfg):
+        print(f"[label] {stage_cfg.out_dir} holds labels made with other settings: labelling afresh", flush=True)
+        stage_cfg.overwrite = True
+
+
 def run_pipeline(cfg: Any) -> dict[str, Any]:
     """Run the stages of `cfg` in order into `cfg.out_dir`; returns the evaluation results and stage times."""
     out = Path(cfg.out_dir)
@@ -192,6 +203,7 @@ def run_pipeline(cfg: Any) -> dict[str, Any]:
         if stage == "label":
             label_subset(paths["data"] / "train.jsonl", paths["label_input"], cfg.label.get("n_episodes"),
                          cfg.label.get("calls_per_episode"))
+            relabel_if_stale(stage_cfg)
         t0 = time.perf_counter()
         res = _evaluate(cfg, paths, fn) if stage == "evaluate" else fn(stage_cfg)
         timings[stage] = round(time.perf_counter() - t0, 1)

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from damc.eval.pipelines import compose_stage, fingerprint, is_done, mark_done, stage_main
+from damc.eval.pipelines import compose_stage, fingerprint, is_done, mark_done, relabel_if_stale, stage_main
 
 
 def _q(x: Any) -> str:
@@ -60,6 +60,8 @@ class Study:
         if is_done(self.stages_dir, key, fp):
             print(f"[{key}] done earlier (same settings)", flush=True)
             return None
+        if config_name == "label":
+            relabel_if_stale(stage_cfg)
         t0 = time.perf_counter()
         res = (fn or main)(stage_cfg)
         self.timings[key] = round(time.perf_counter() - t0, 1)

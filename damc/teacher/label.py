@@ -127,6 +127,17 @@ def _rows(dp: DecisionPoint, cards: list, res: Any, est_name: str, teacher_id: s
     return rows
 
 
+def labels_made_with_other_settings(cfg: Any) -> bool:
+    """Whether `cfg.out_dir` holds labels made with other settings than `cfg`'s (its `label_config.json`
+    differs), i.e. a resume would be refused. An unreadable file counts as no (the label run reports it)."""
+    fp_path = Path(cfg.out_dir) / "label_config.json"
+    try:
+        old = json.loads(fp_path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    return old != json.loads(json.dumps(_fingerprint(cfg)))
+
+
 def _prepare_out_dir(cfg: Any, state: Any) -> Path:
     """Create `out_dir/{shards,progress}` (wiped first with `overwrite=true`) and check or write `label_config.json`.
 
