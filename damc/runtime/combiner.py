@@ -26,10 +26,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from damc.cards import Card
-from damc.query import card_age, card_document
+from damc.query import card_age, card_document, query_body
 from damc.runtime.lexical import bm25_scores, bm25_tokens
 from damc.runtime.scope import scope_of
-from damc.query import query_body
 from damc.runtime.valuers.heuristic import is_pinned
 
 KINDS = ("tool_result", "tool_error", "user", "assistant")

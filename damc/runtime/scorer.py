@@ -42,6 +42,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from damc.query import query_body
 from damc.runtime.encoder import available_cpus, pad_batch, token_batches
 
 logger = logging.getLogger(__name__)
@@ -329,8 +330,6 @@ class CardScorer:
         Example:
             >>> scorer.score(query, cards).argmax()   # the most useful card
         """
-        from damc.query import query_body
-
         q = query_body(decision)
         return self.predict([(q, card_text(c)) for c in cards], batch_size=batch_size)
 

@@ -91,14 +91,12 @@ def choose_threshold(pred: np.ndarray, delta: np.ndarray, min_delta: float) -> t
 MIN_HELDOUT_DECISIONS = 5   # fewer held-out decisions than this: fit on the training rows instead (with a warning)
 
 
-def _out_of_fold(rows: Any, student: Sequence[float], folds: int = 5,
+def _out_of_fold(x: np.ndarray, y: np.ndarray, groups: np.ndarray, folds: int = 5,
                  use: Sequence[str] | None = None) -> np.ndarray:
     """Each row's prediction by a combiner fitted on the other decisions' rows (GroupKFold by decision)."""
     from sklearn.model_selection import GroupKFold
 
-    x, y = feature_matrix(rows, student), rows["delta"].to_numpy(float)
-    groups = rows["decision_id"].to_numpy()
-    out = np.empty(len(rows))
+    out = np.empty(len(y))
     for fit_idx, held in GroupKFold(n_splits=min(folds, len(set(groups)))).split(x, y, groups):
         out[held] = fit(x[fit_idx], y[fit_idx], use=use).predict(x[held])
     return out
@@ -151,27 +149,29 @@ def fit_combiner(train: Any, train_student: Sequence[float], dev: Any | None = N
         fit_on = "train"
     variants = {"all": None, "student": ("student",)}
     names = ["all", "student"] if features == "auto" else [features]
+    x_train, y_train = feature_matrix(train, train_student), train["delta"].to_numpy(float)
+    x_dev, y_dev = (feature_matrix(dev, dev_student), dev["delta"].to_numpy(float)) if has_dev else (None, None)
     fitted: dict[str, tuple[Combiner, np.ndarray | None]] = {}
     for name in names:
         if fit_on == "heldout":
-            fitted[name] = (fit(feature_matrix(dev, dev_student), dev["delta"].to_numpy(float), use=variants[name]),
-                            _out_of_fold(dev, dev_student, use=variants[name]))
+            fitted[name] = (fit(x_dev, y_dev, use=variants[name]),
+                            _out_of_fold(x_dev, y_dev, dev["decision_id"].to_numpy(), use=variants[name]))
         else:
-            comb = fit(feature_matrix(train, train_student), train["delta"].to_numpy(float), use=variants[name])
-            fitted[name] = (comb, comb.predict(feature_matrix(dev, dev_student)) if has_dev else None)
+            comb = fit(x_train, y_train, use=variants[name])
+            fitted[name] = (comb, comb.predict(x_dev) if has_dev else None)
     dev_rho = {n: _mean_spearman(dev, p) for n, (_, p) in fitted.items() if p is not None}
     chosen = max(dev_rho, key=lambda n: (dev_rho[n], n == "all")) if len(dev_rho) > 1 else names[0]
     comb, dev_pred = fitted[chosen]
     report: dict[str, Any] = {"fitted_on": fit_on, "features": chosen, "dev_spearman_by_features": dev_rho}
-    for name, rows, st in (("train", train, train_student), ("dev", dev, dev_student)):
+    train_pred = comb.predict(x_train)
+    for name, rows, st, pred in (("train", train, train_student, train_pred), ("dev", dev, dev_student, dev_pred)):
         if rows is None or st is None or len(rows) == 0:
             continue
-        pred = dev_pred if name == "dev" else comb.predict(feature_matrix(rows, st))
         report[name] = {"spearman_combiner": _mean_spearman(rows, pred),
                         "spearman_student": _mean_spearman(rows, np.asarray(st, dtype=float)),
                         "decisions": int(rows["decision_id"].nunique())}
-    sel, sel_pred = (dev, dev_pred) if has_dev else (train, comb.predict(feature_matrix(train, train_student)))
-    tau, f1 = choose_threshold(np.asarray(sel_pred), sel["delta"].to_numpy(float), min_delta)
+    sel_pred, sel_delta = (dev_pred, y_dev) if has_dev else (train_pred, y_train)
+    tau, f1 = choose_threshold(np.asarray(sel_pred), sel_delta, min_delta)
     report["threshold"] = {"tau": tau, "f1": f1, "min_delta": min_delta,
                            "chosen_on": ("dev (out of fold)" if fit_on == "heldout" else "dev") if has_dev else "train"}
     comb.metrics = report

@@ -305,10 +305,10 @@ def _evaluate_dev(cfg: Any, student: _Student, data: _PreparedData, train_summar
 
 
 def _fit_combiner(cfg: Any, student: _Student, data: _PreparedData, out_dir: Path) -> dict[str, Any] | None:
-    """Fit the learned combiner (`damc.scorer.combiner`) on the label rows of `combiner.fit_on` (held-out dev
-    decisions by default, or the training ones) with the trained student's scores, choose its threshold on the
-    dev decisions, write `combiner.json`; None when the labels lack
-    the runtime signals (labels made before RENDER_VERSION 2) or `combiner.enabled=false`."""
+    """Fit the learned combiner (`damc.scorer.combiner`) on the label rows of `combiner.fit_on` (the training
+    decisions by default, or the held-out dev ones) with the trained student's scores, choose its threshold on the
+    dev decisions, write `combiner.json`; None when the labels lack the runtime signals (labels made before
+    RENDER_VERSION 2) or `combiner.enabled=false`."""
     from damc.scorer.combiner import fit_combiner, has_features
 
     if not cfg.combiner.enabled:

@@ -16,11 +16,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from damc.cards import Card
-from damc.query import card_document
+from damc.query import card_document, query_body
 from damc.runtime.lexical import bm25_scores, bm25_tokens
 from damc.runtime.scope import scope_of
 from damc.runtime.valuers.base import Valuer
-from damc.query import query_body
 from damc.runtime.valuers.heuristic import HeuristicValuer
 
 class SimilarityValuer(Valuer):
