@@ -176,7 +176,7 @@ def _prepare_data(cfg: Any) -> _PreparedData:
 
     Raises:
         LabelFormatError: the decisions come from fewer than 2 episodes (no train/dev split possible).
-        ValueError: `data.train_fraction` outside (0, 1].
+        ValueError: `data.train_fraction` outside (0, 1], or `data.train_decisions` not a positive count.
     """
     from damc.query import RENDER_VERSION
 
@@ -196,6 +196,7 @@ def _prepare_data(cfg: Any) -> _PreparedData:
     if frac < 1:  # learning curves: fewer training decisions, the very same dev decisions
         keep = set(random.Random(int(data.split_seed)).sample(range(len(train_dec)), max(1, round(frac * len(train_dec)))))
         train_dec = [d for i, d in enumerate(train_dec) if i in keep]
+    train_dec = _first_n_decisions(train_dec, data.get("train_decisions"), int(data.split_seed))
     norm = fit_normalization(train_dec, float(data.clip), str(data.get("normalization") or "zscore"))
     logger.info("labels: %d decisions (%d train / %d dev), normalisation mean=%.4f std=%.4f",
                 len(decisions), len(train_dec), len(dev_dec), norm.mean, norm.std)
@@ -209,6 +210,26 @@ def _prepare_data(cfg: Any) -> _PreparedData:
                        "be refused at load; carry the labels over first with scripts/rerender_labels.py LABELS "
                        "EPISODES OUT", versions, RENDER_VERSION)
     return _PreparedData(ds, decisions, train_dec, dev_dec, norm, train_ds, dev_ds, teachers, versions)
+
+
+def _first_n_decisions(train_dec: list[LabeledDecision], n: Any, seed: int) -> list[LabeledDecision]:
+    """`data.train_decisions=N`: the first N training decisions of one seeded shuffle, so the sets of a learning
+    curve are nested (the 250 decisions hold the 125); all of them, with a warning, when fewer exist.
+
+    Raises:
+        ValueError: N is not a positive whole number.
+    """
+    if n is None:
+        return train_dec
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"data.train_decisions must be a positive number of decisions or null, got {n!r}")
+    if n > len(train_dec):
+        logger.warning("data.train_decisions=%d but the labels hold %d training decisions: training on all of them",
+                       n, len(train_dec))
+        return train_dec
+    order = random.Random(seed).sample(range(len(train_dec)), len(train_dec))
+    keep = set(order[:n])
+    return [d for i, d in enumerate(train_dec) if i in keep]
 
 
 def _build_student(cfg: Any) -> _Student:

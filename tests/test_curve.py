@@ -1,0 +1,73 @@
+"""Learning curves: nested training sets (`data.train_decisions`) and `scripts/learning_curve.py` end to end."""
+
+import json
+
+import pytest
+
+from damc.scorer.train import _first_n_decisions
+
+
+def test_train_decisions_are_nested_seeded_subsets():
+    decisions = [f"d{i}" for i in range(40)]
+    sets = {n: _first_n_decisions(decisions, n, seed=0) for n in (5, 10, 20, 40)}
+    assert [len(s) for s in sets.values()] == [5, 10, 20, 40]
+    assert set(sets[5]) < set(sets[10]) < set(sets[20]) < set(sets[40])   # the 10 hold the 5, ...
+    assert sets[10] == [d for d in decisions if d in set(sets[10])]      # original order kept
+    assert _first_n_decisions(decisions, 10, seed=0) == sets[10]          # seeded
+    assert _first_n_decisions(decisions, 10, seed=1) != sets[10]
+    assert _first_n_decisions(decisions, 99, seed=0) == decisions         # more than exist: all of them
+    assert _first_n_decisions(decisions, None, seed=0) == decisions
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True, "10"])
+def test_train_decisions_must_be_a_positive_count(bad):
+    with pytest.raises(ValueError, match="data.train_decisions"):
+        _first_n_decisions(["a", "b"], bad, seed=0)
+
+
+def _cfg(tmp_path, *extra):
+    from damc.eval.pipelines import compose_stage
+
+    return compose_stage("learning_curve", [
+        "labels_path=data/samples/scorer_labels_sample.jsonl", "dev=data/samples/synthetic_sample.jsonl",
+        f"out_dir={tmp_path / 'curve'}", "sizes=[1,50]",
+        "train.overrides=['trainer=tiny','logger=none','model.max_length=96','data.max_cards=6',"
+        "'data.dev_fraction=0.34','model.num_layers=1','combiner.enabled=false']",
+        "export.overrides=['onnx=true','int8=true']",
+        "evaluate.overrides=['data.tool_calls_only=true','budgets=[256]','sweep.top_k=[2]','progress=false','n_boot=20']",
+        "setting=256/k2", *extra])
+
+
+@pytest.mark.slow
+def test_learning_curve_trains_each_size_once_and_resumes(tmp_path, capsys):
+    from damc.eval.curve import main
+
+    res = main(_cfg(tmp_path))
+    pts = res["points"]
+    assert [p["requested"] for p in pts] == [1, 50]                      # 50 > what the labels hold: all, once
+    assert pts[0]["train_decisions"] == 1 and 2 <= pts[1]["train_decisions"] < 50
+    for p in pts:
+        d = p["policies"]["damc"]
+        assert 0 <= d["key_hit"] <= 1 and 0 <= d["candidate_recall"] <= 1 and d["n_key_decisions"] >= 1
+        assert set(p["policies"]) == {"bm25", "similarity", "damc"}
+        assert -1 <= p["spearman"] <= 1 and p["heldout_decisions"] >= 1
+    out = tmp_path / "curve"
+    saved = json.loads((out / "curve.json").read_text())
+    assert [p["train_decisions"] for p in saved["points"]] == [p["train_decisions"] for p in pts]
+    table = (out / "curve.md").read_text()
+    assert table.count("\n| ") == 1 + len(pts)                          # header + one row per point
+    assert (out / "curve.png").stat().st_size > 0
+    assert "[curve] N=1: damc key hit" in capsys.readouterr().out
+    assert main(_cfg(tmp_path))["timings_s"] == {}                       # a rerun: every stage done
+    assert set(main(_cfg(tmp_path, "setting=256"))["timings_s"]) == set()  # reading another setting trains nothing
+
+
+def test_learning_curve_errors_name_the_setting(tmp_path):
+    from damc.eval.curve import main
+
+    with pytest.raises(ValueError, match="sizes"):
+        main(_cfg(tmp_path, "sizes=[0]"))
+    with pytest.raises(ValueError, match="must include damc"):
+        main(_cfg(tmp_path, "evaluate.policies=[bm25]"))
+    with pytest.raises(FileNotFoundError, match="dev="):
+        main(_cfg(tmp_path, "dev=nope.jsonl"))
