@@ -33,7 +33,7 @@ def _cfg(tmp_path, *extra):
         f"out_dir={tmp_path / 'curve'}", "sizes=[1,50]",
         "train.overrides=['trainer=tiny','logger=none','model.max_length=96','data.max_cards=6',"
         "'data.dev_fraction=0.34','model.num_layers=1','combiner.enabled=false']",
-        "export.overrides=['onnx=true','int8=true']",
+        "export.overrides=['onnx=true','int8=true','encoder=null']",
         "evaluate.overrides=['data.tool_calls_only=true','budgets=[256]','sweep.top_k=[2]','progress=false','n_boot=20']",
         "setting=256/k2", *extra])
 

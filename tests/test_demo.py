@@ -62,6 +62,20 @@ def test_the_small_tau2_study_runs_end_to_end_and_resumes(tmp_path, capsys):
     assert "Pareto front" in report and "Stage times" in report and "| **damc** |" in report
     assert run_study(cfg)["timings_s"] == {}                        # a rerun: every stage done with these settings
 
+    # a second decision LLM on a seeded subset: only its stage runs; the report gets its own section
+    cfg2 = compose_stage("study", ["experiment=study_tau2_small", f"out_dir={tmp_path}", "second_llm.model=smollm2-135m",
+                                   "second_llm.max_decisions=2", "second_llm.policies=[window,damc]"])
+    out2 = run_study(cfg2)
+    assert set(out2["timings_s"]) == {"evaluate.tau2_retail.test.smollm2-135m"}
+    sec = out2["evaluations"]["tau2_retail · smollm2-135m"]
+    assert {p["n_decisions"] for p in sec["results"]["policies"].values()} == {2}
+    assert {k.split("@")[0] for k in sec["results"]["policies"]} == {"window", "damc"}
+    assert set(sec["operating"]) == {"window", "damc"}
+    assert "### tau2_retail · smollm2-135m" in (tmp_path / "report.md").read_text()
+    with pytest.raises(KeyError, match="second_llm.datasets"):
+        run_study(compose_stage("study", ["experiment=study_tau2_small", f"out_dir={tmp_path}",
+                                          "second_llm.model=smollm2-135m", "second_llm.datasets=[synthetic]"]))
+
 
 def test_a_stage_made_with_another_render_version_is_not_reused(monkeypatch):
     """Labels, scorers and evaluations depend on the query/card rendering: a new RENDER_VERSION reruns them."""

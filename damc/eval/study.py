@@ -120,6 +120,32 @@ class Study:
                 atomic_write_text(test_dir / "operating_points.json", json.dumps(
                     {"chosen_on": name if name in ops else ds.get("dev_from"), "points": chosen}, indent=2))
             out[name] = {"results": res or json.loads((test_dir / "results.json").read_text()), "operating": chosen}
+        out.update(self.second_llm(scorer, labels, out))
+        return out
+
+    def second_llm(self, scorer: Path, labels: Path, done: dict[str, Any]) -> dict[str, Any]:
+        """`second_llm.model` on a seeded subset of each listed test split (so no conclusion rests on one 135M
+        decision LLM): the same runtime path and scorer, fewer policies; reported at the first LLM's operating
+        points under the title `<dataset> · <model>`."""
+        sec = self.cfg.get("second_llm") or {}
+        if not sec.get("model"):
+            return {}
+        ev, out = self.cfg.evaluate, {}
+        for name in sec.datasets:
+            if name not in done:
+                raise KeyError(f"study: second_llm.datasets names {name!r}, not one of this run's datasets "
+                               f"{list(done)}")
+            ds = self.datasets[name]
+            slug = str(sec.model).replace("/", "_")
+            test_dir = self.out / "eval" / name / f"test_{slug}"
+            res = self.run_stage(f"evaluate.{name}.test.{slug}", "evaluate", [
+                f"data.path={self.data_dir(name) / 'test.jsonl'}", f"out_dir={test_dir}", f"scorer={scorer}",
+                f"labels_path={labels}", f"policies={_q(sec.policies)}", f"budgets={_q(ev.budgets)}",
+                f"seed={self.cfg.seed}", *[str(o) for o in ev.overrides], *[str(o) for o in ds.get("evaluate") or []],
+                f"llm.model={sec.model}", f"max_decisions={sec.max_decisions}"])
+            ops = {p: s for p, s in (done[name]["operating"] or {}).items() if p in sec.policies}
+            out[f"{name} · {sec.model}"] = {"results": res or json.loads((test_dir / "results.json").read_text()),
+                                           "operating": ops}
         return out
 
 
