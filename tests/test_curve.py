@@ -30,7 +30,7 @@ def _cfg(tmp_path, *extra):
 
     return compose_stage("learning_curve", [
         "labels_path=data/samples/scorer_labels_sample.jsonl", "dev=data/samples/synthetic_sample.jsonl",
-        f"out_dir={tmp_path / 'curve'}", "sizes=[1,50]",
+        f"out_dir={tmp_path / 'curve'}", "sizes=[50,60]",
         "train.overrides=['trainer=tiny','logger=none','model.max_length=96','data.max_cards=6',"
         "'data.dev_fraction=0.34','model.num_layers=1','combiner.enabled=false']",
         "export.overrides=['onnx=true','int8=true','encoder=null']",
@@ -44,8 +44,8 @@ def test_learning_curve_trains_each_size_once_and_resumes(tmp_path, capsys):
 
     res = main(_cfg(tmp_path))
     pts = res["points"]
-    assert [p["requested"] for p in pts] == [1, 50]                      # 50 > what the labels hold: all, once
-    assert pts[0]["train_decisions"] == 1 and 2 <= pts[1]["train_decisions"] < 50
+    assert [p["requested"] for p in pts] == [50]                         # 50 > what the labels hold: all, once;
+    assert 2 <= pts[0]["train_decisions"] < 50                           # 60 is skipped (same decisions)
     for p in pts:
         d = p["policies"]["damc"]
         assert 0 <= d["key_hit"] <= 1 and 0 <= d["candidate_recall"] <= 1 and d["n_key_decisions"] >= 1
@@ -57,7 +57,8 @@ def test_learning_curve_trains_each_size_once_and_resumes(tmp_path, capsys):
     table = (out / "curve.md").read_text()
     assert table.count("\n| ") == 1 + len(pts)                          # header + one row per point
     assert (out / "curve.png").stat().st_size > 0
-    assert "[curve] N=1: damc key hit" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"[curve] N={pts[0]['train_decisions']}: damc key hit" in printed and "sizes above 50 skipped" in printed
     assert main(_cfg(tmp_path))["timings_s"] == {}                       # a rerun: every stage done
     assert set(main(_cfg(tmp_path, "setting=256"))["timings_s"]) == set()  # reading another setting trains nothing
 
