@@ -200,6 +200,13 @@ def test_a_killed_run_resumes_and_a_changed_setting_is_never_reused(pipeline, tm
     calls.clear()
     ev.main(cfg)  # a finished run reruns nothing
     assert calls == []
+    # a larger sample reuses the decisions already recorded and runs only the new ones
+    before = {r["decision_id"] for r in _records(out)}
+    bigger = ev.main(_eval_cfg(pipeline, out, "policies=[window,recency]", "budgets=[96,128]", "max_decisions=3"))
+    assert {e["n_decisions"] for e in bigger["policies"].values()} == {3}
+    new_ids = {r["decision_id"] for r in _records(out)} - before
+    assert new_ids and len(calls) == 2 * 2 * len(new_ids)
+    calls.clear()
     # another memory setting changes recency's (and window's) fingerprint: nothing old is reused
     ev.main(_eval_cfg(pipeline, out, "policies=[window,recency]", "budgets=[96,128]", "max_decisions=2",
                       "memory.recent=3"))

@@ -68,12 +68,14 @@ def file_digest(path: str | os.PathLike | None) -> str | None:
 
 
 def fingerprints(cfg: Any, options: dict[str, dict[str, Any]]) -> dict[str, str]:
-    """Per policy: a hash of everything its records depend on (see the module docstring)."""
+    """Per policy: a hash of everything its records depend on (see the module docstring). Not the sample size
+    (`max_decisions`): a decision's record does not depend on which other decisions were sampled (its distractors
+    are seeded by episode, index and `seed`), so a larger sample reuses the decisions already recorded."""
     from omegaconf import OmegaConf
 
     plain = OmegaConf.to_container(cfg, resolve=True)
     shared = {"data": file_digest(cfg.data.path), "tool_calls_only": plain["data"].get("tool_calls_only"),
-              "filters": plain["filters"], "max_decisions": plain["max_decisions"], "seed": plain["seed"],
+              "filters": plain["filters"], "seed": plain["seed"],
               "n_distractors": plain["n_distractors"], "llm": plain["llm"], "memory": plain.get("memory"),
               "exact_match": plain["exact_match"]}
     if not plain.get("score", True):
