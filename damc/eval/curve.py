@@ -25,7 +25,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from damc.eval.study import Study, _q
+from damc.eval.pipelines import override_value
+from damc.eval.study import Study
 
 METRICS = ("key_hit", "key_recall", "confuser_rate", "candidate_recall", "prompt_tokens")
 
@@ -60,7 +61,7 @@ def point(study: Study, cfg: Any, n: int) -> dict[str, Any]:
                                                *[str(o) for o in cfg.export.overrides]])
     study.run_stage(f"evaluate.n{n}", "evaluate", [
         f"data.path={cfg.dev}", f"out_dir={ev}", f"scorer={scorer}", "score=false", f"seed={cfg.seed}",
-        f"policies={_q(cfg.evaluate.policies)}", *[str(o) for o in cfg.evaluate.overrides]])
+        f"policies={override_value(cfg.evaluate.policies)}", *[str(o) for o in cfg.evaluate.overrides]])
     results = _read_json(ev / "results.json")
     fid = _fidelity(_read_json(run / "metrics.json"))
     return {"requested": n, **fid,

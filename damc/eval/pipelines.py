@@ -43,7 +43,7 @@ def compose_stage(config_name: str, overrides: list[str]) -> Any:
         return compose(config_name, overrides=overrides)
 
 
-def _q(x: Any) -> str:
+def override_value(x: Any) -> str:
     """A value as a Hydra override string (lists and paths kept literal)."""
     from omegaconf import OmegaConf
 
@@ -74,10 +74,10 @@ def stage_overrides(cfg: Any, stage: str, paths: dict[str, Path], split: str | N
         split = split or cfg.evaluate.split
         out = paths["eval_dev"] if split == "dev" and split != cfg.evaluate.split else paths["eval"]
         base = [f"data.path={paths['data'] / (split + '.jsonl')}", f"out_dir={out}", f"scorer={paths['scorer']}",
-                f"labels_path={paths['labels']}", f"policies={_q(cfg.evaluate.policies)}",
-                f"budgets={_q(cfg.evaluate.budgets)}", f"seed={cfg.seed}"]
+                f"labels_path={paths['labels']}", f"policies={override_value(cfg.evaluate.policies)}",
+                f"budgets={override_value(cfg.evaluate.budgets)}", f"seed={cfg.seed}"]
         if cfg.evaluate.get("render"):
-            base.append(f"render={_q(cfg.evaluate.render)}")
+            base.append(f"render={override_value(cfg.evaluate.render)}")
     return base + extra
 
 

@@ -22,11 +22,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from damc.eval.pipelines import compose_stage, fingerprint, is_done, mark_done, relabel_if_stale, stage_main
+from damc.eval.pipelines import (compose_stage, fingerprint, is_done, mark_done, override_value,
+                                 relabel_if_stale, stage_main)
 
 
-def _q(x: Any) -> str:
-    return "[" + ",".join(str(v) for v in x) + "]"
+def _results(res: dict[str, Any] | None, out_dir: Path) -> dict[str, Any]:
+    """An evaluate stage's results: what it returned, or its `results.json` when the stage was done earlier."""
+    return res or json.loads((out_dir / "results.json").read_text())
 
 
 class Study:
@@ -98,8 +100,7 @@ class Study:
         from damc.eval.results import operating_points
 
         ev, out = self.cfg.evaluate, {}
-        common = [f"scorer={scorer}", f"labels_path={labels}", f"policies={_q(ev.policies)}",
-                  f"budgets={_q(ev.budgets)}", f"seed={self.cfg.seed}", *[str(o) for o in ev.overrides]]
+        common = self._eval_overrides(scorer, labels, ev.policies)
         ops: dict[str, dict[str, str]] = {}
         for name, ds in self.datasets.items():
             extra = [str(o) for o in ds.get("evaluate") or []]
@@ -108,8 +109,7 @@ class Study:
                 res = self.run_stage(f"evaluate.{name}.dev", "evaluate", [
                     f"data.path={dev}", f"out_dir={self.out / 'eval' / name / 'dev'}", *common, *extra,
                     *[str(o) for o in ev.dev_overrides]])
-                res = res or json.loads((self.out / "eval" / name / "dev" / "results.json").read_text())
-                ops[name] = operating_points(res)
+                ops[name] = operating_points(_results(res, self.out / "eval" / name / "dev"))
         for name, ds in self.datasets.items():
             extra = [str(o) for o in ds.get("evaluate") or []]
             test_dir = self.out / "eval" / name / "test"
@@ -119,9 +119,15 @@ class Study:
             if chosen:
                 atomic_write_text(test_dir / "operating_points.json", json.dumps(
                     {"chosen_on": name if name in ops else ds.get("dev_from"), "points": chosen}, indent=2))
-            out[name] = {"results": res or json.loads((test_dir / "results.json").read_text()), "operating": chosen}
+            out[name] = {"results": _results(res, test_dir), "operating": chosen}
         out.update(self.second_llm(scorer, labels, out))
         return out
+
+    def _eval_overrides(self, scorer: Path, labels: Path, policies: Any) -> list[str]:
+        """The evaluate overrides every split of the study shares: scorer, labels, `policies`, budgets, seed."""
+        ev = self.cfg.evaluate
+        return [f"scorer={scorer}", f"labels_path={labels}", f"policies={override_value(policies)}",
+                f"budgets={override_value(ev.budgets)}", f"seed={self.cfg.seed}", *[str(o) for o in ev.overrides]]
 
     def second_llm(self, scorer: Path, labels: Path, done: dict[str, Any]) -> dict[str, Any]:
         """`second_llm.model` on a seeded subset of each listed test split (so no conclusion rests on one 135M
@@ -130,7 +136,7 @@ class Study:
         sec = self.cfg.get("second_llm") or {}
         if not sec.get("model"):
             return {}
-        ev, out = self.cfg.evaluate, {}
+        out = {}
         for name in sec.datasets:
             if name not in done:
                 raise KeyError(f"study: second_llm.datasets names {name!r}, not one of this run's datasets "
@@ -139,13 +145,11 @@ class Study:
             slug = str(sec.model).replace("/", "_")
             test_dir = self.out / "eval" / name / f"test_{slug}"
             res = self.run_stage(f"evaluate.{name}.test.{slug}", "evaluate", [
-                f"data.path={self.data_dir(name) / 'test.jsonl'}", f"out_dir={test_dir}", f"scorer={scorer}",
-                f"labels_path={labels}", f"policies={_q(sec.policies)}", f"budgets={_q(ev.budgets)}",
-                f"seed={self.cfg.seed}", *[str(o) for o in ev.overrides], *[str(o) for o in ds.get("evaluate") or []],
+                f"data.path={self.data_dir(name) / 'test.jsonl'}", f"out_dir={test_dir}",
+                *self._eval_overrides(scorer, labels, sec.policies), *[str(o) for o in ds.get("evaluate") or []],
                 f"llm.model={sec.model}", f"max_decisions={sec.max_decisions}"])
             ops = {p: s for p, s in (done[name]["operating"] or {}).items() if p in sec.policies}
-            out[f"{name} · {sec.model}"] = {"results": res or json.loads((test_dir / "results.json").read_text()),
-                                           "operating": ops}
+            out[f"{name} · {sec.model}"] = {"results": _results(res, test_dir), "operating": ops}
         return out
 
 
