@@ -341,3 +341,38 @@ def test_same_card_id_in_two_scopes_stays_apart(tmp_path):
         assert [r for r in store.lifecycle_rows("hot", alice) if r[2] is not None] == []
         with pytest.raises(ValueError, match="user_id"):
             Scope("")
+
+
+def _open_at(path, start, q):
+    import time as _t
+
+    from damc.runtime.store import CardStore
+
+    while _t.time() < start:
+        pass
+    try:
+        with CardStore(path) as s:
+            q.put(("ok", s._query("PRAGMA journal_mode")[0][0]))
+    except Exception as e:  # noqa: BLE001 - reported to the parent
+        q.put(("error", repr(e)))
+
+
+def test_processes_opening_a_new_store_at_once_all_succeed(tmp_path):
+    """Regression (CI): a second process opening a brand-new file while the first switches it to WAL got
+    "database is locked" from the journal-mode pragma (SQLite does not wait there); opening must retry."""
+    import multiprocessing as mp
+    import time
+
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    outcomes = []
+    for attempt in range(3):
+        path = str(tmp_path / f"race{attempt}" / "cards.db")
+        start = time.time() + 0.3
+        procs = [ctx.Process(target=_open_at, args=(path, start, q)) for _ in range(6)]
+        for p in procs:
+            p.start()
+        outcomes += [q.get(timeout=60) for _ in procs]
+        for p in procs:
+            p.join(30)
+    assert outcomes == [("ok", "wal")] * 18

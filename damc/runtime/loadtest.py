@@ -84,6 +84,27 @@ def _process_main(path: str, encoder: str, worker: int, turns: int, queue: Any) 
     memory.close()
 
 
+def _collect(queue: Any, procs: list[Any], timeout_s: float) -> list[dict[str, Any]]:
+    """One result per worker process; fails at once (not after `timeout_s`) when a worker died without one."""
+    import queue as queue_mod
+
+    results: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout_s
+    while len(results) < len(procs):
+        try:
+            results.append(queue.get(timeout=1.0))
+            continue
+        except queue_mod.Empty:
+            pass
+        dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+        if dead:
+            raise RuntimeError(f"a load-test worker process failed (exit codes "
+                               f"{[p.exitcode for p in procs]}); its traceback is on stderr above")
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"load-test workers returned {len(results)} of {len(procs)} results in {timeout_s} s")
+    return results
+
+
 def run_concurrent(path: str, n: int, mode: str = "threads", turns: int = 6,
                    encoder: str = "minilm-l6") -> dict[str, Any]:
     """N workers against one store directory (`mode`: "threads" or "processes"); see module docstring."""
@@ -110,7 +131,7 @@ def run_concurrent(path: str, n: int, mode: str = "threads", turns: int = 6,
         procs = [ctx.Process(target=_process_main, args=(path, encoder, w, turns, queue)) for w in range(n)]
         for p in procs:
             p.start()
-        results = [queue.get(timeout=1800) for _ in procs]
+        results = _collect(queue, procs, timeout_s=1800)
         for p in procs:
             p.join(60)
         if any(p.exitcode != 0 for p in procs):

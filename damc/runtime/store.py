@@ -144,12 +144,36 @@ class CardStore:
         c = self._conn
         c.execute(f"PRAGMA busy_timeout={int(self.config.busy_timeout_ms)}")
         if self.path != ":memory:":
-            mode = c.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            mode = self._enable_wal(c)
             if str(mode).lower() != "wal":
                 logger.warning("SQLite refused WAL mode (got %s) for %s", mode, self.path)
         c.execute(f"PRAGMA synchronous={self.config.synchronous}")
         with self.transaction():
             self._open_schema(c)
+
+    def _enable_wal(self, c: sqlite3.Connection) -> str:
+        """Switch the file to WAL, retrying while another process opens it at the same moment.
+
+        Changing the journal mode needs an exclusive lock, and SQLite answers "database is locked" at once
+        (the busy handler is not consulted on that path) when a second process is opening the same new
+        file; so retry with backoff up to `busy_timeout_ms`. A file already in WAL needs no change.
+        """
+        deadline = time.monotonic() + self.config.busy_timeout_ms / 1000
+        delay = 0.005
+        while True:
+            try:
+                mode = c.execute("PRAGMA journal_mode").fetchone()[0]
+                if str(mode).lower() == "wal":
+                    return mode
+                return c.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) and "busy" not in str(e):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise StoreError(f"{self.path}: could not switch to WAL mode within "
+                                     f"{self.config.busy_timeout_ms} ms (another process holds the lock): {e}") from e
+                time.sleep(delay)
+                delay = min(delay * 2, 0.2)
 
     def _open_schema(self, c: sqlite3.Connection) -> None:
         """Create the layout in an empty file, migrate an older one, refuse a newer one (inside a transaction)."""
