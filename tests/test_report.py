@@ -114,3 +114,27 @@ def test_thresholds_hold_exactly_at_the_boundary():
     row = check_targets(_results(damc_correct=9, damc_tokens=1001, oracle_correct=11, hits=17, conf=7))[0]
     assert row["oracle_ok"] is False and row["gain_ok"] is False and row["key_hit_ok"] is False
     assert row["confuser_ok"] is False
+
+
+def test_where_memory_matters_is_paired_on_the_keyed_decisions_only():
+    """Δ vs window on the decisions with a key card before the current turn, separate from the overall Δ."""
+    def recs(policy, correct_when_keyed):
+        out = _records(policy, 512, 0, 1000)
+        for r in out:
+            i = int(r["decision_id"][1:])
+            keyed = i < 8
+            r["history_key_ids"] = [f"k{i}"] if keyed else []
+            r["correct"] = correct_when_keyed if keyed else not correct_when_keyed
+            r["kept_card_ids"] = [f"k{i}"] if policy == "damc" else []
+        return out
+
+    res = aggregate(recs("window", False) + recs("damc", True), [f"d{i}" for i in range(N)], ["window", "damc"],
+                    {"decision_llm": "x"}, n_boot=200)
+    e, p = res["policies"]["damc@512"], res["paired"]["damc@512"]
+    assert e["n_key_decisions"] == 8 and e["accuracy_key_decisions"] == pytest.approx(1.0)
+    assert p["accuracy_delta"] == pytest.approx(8 / 20 - 12 / 20)                 # overall: worse
+    assert p["key_decisions"]["accuracy_delta"] == pytest.approx(1.0)             # where memory matters: better
+    assert p["key_decisions"]["n"] == 8 and p["key_decisions"]["n_episodes"] == 2
+    table = report({"t": res}, operating={"t": {"window": "512", "damc": "512"}})
+    assert "where memory matters (8 decisions)" in table
+    assert "| damc | 512 | 0.40 (-0.20 [" in table and "| 1.00 (+1.00 [+1.00, +1.00]) |" in table

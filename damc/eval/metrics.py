@@ -215,13 +215,14 @@ def summarize_records(records: Sequence[dict[str, Any]], *, n_boot: int = 1000, 
         "n_decisions": len(ok),
         "n_failed": len(records) - len(ok),
     }
-    keyed = [r for r in ok if _keys(r)]
+    keyed = [r for r in ok if history_keys(r)]
     if keyed:  # key cards before the current turn: the ones memory has to bring in
-        out["key_recall"] = float(np.mean([len(set(_keys(r)) & set(r["kept_card_ids"])) / len(_keys(r)) for r in keyed]))
-        out["key_hit"] = float(np.mean([bool(set(_keys(r)) & set(r["kept_card_ids"])) for r in keyed]))
+        kept = [set(history_keys(r)) & set(r["kept_card_ids"]) for r in keyed]
+        out["key_recall"] = float(np.mean([len(k) / len(history_keys(r)) for k, r in zip(kept, keyed)]))
+        out["key_hit"] = float(np.mean([bool(k) for k in kept]))
         cand = [r for r in keyed if r.get("key_in_candidates") is not None]
         if cand:
-            out["candidate_recall"] = float(np.mean([len(r["key_in_candidates"]) / len(_keys(r)) for r in cand]))
+            out["candidate_recall"] = float(np.mean([len(r["key_in_candidates"]) / len(history_keys(r)) for r in cand]))
         conf = [r["confuser"] for r in keyed if r.get("confuser") is not None]
         if conf:
             out["confuser_rate"] = float(np.mean(conf))
@@ -235,7 +236,7 @@ def summarize_records(records: Sequence[dict[str, Any]], *, n_boot: int = 1000, 
     return out
 
 
-def _keys(r: dict[str, Any]) -> list[str]:
+def history_keys(r: dict[str, Any]) -> list[str]:
     """The key cards memory is judged on: those before the current turn (`history_key_ids`; older records: all)."""
     return list(r["history_key_ids"] if "history_key_ids" in r else r.get("key_card_ids") or [])
 

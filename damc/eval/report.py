@@ -150,19 +150,28 @@ def targets_table(results: dict[str, Any], policy: str = "damc", operating: str 
 
 def operating_table(results: dict[str, Any], operating: dict[str, str]) -> str:
     """Markdown: each policy at the operating point chosen on dev (`damc.eval.results.operating_points`)."""
-    rows = ["| policy | setting (chosen on dev) | accuracy (Δ vs window [95 % CI]) | prompt tokens | key hit "
-            "| candidate recall | confuser rate |", "|---|---|---|---:|---:|---:|---:|"]
+    n_key = max((e.get("n_key_decisions", 0) for e in results["policies"].values()), default=0)
+    rows = ["| policy | setting (chosen on dev) | accuracy (Δ vs window [95 % CI]) | where memory matters "
+            f"({n_key} decisions): accuracy (Δ) | prompt tokens | key hit | candidate recall | confuser rate |",
+            "|---|---|---|---|---:|---:|---:|---:|"]
     for name, setting in operating.items():
         e = results["policies"].get(f"{name}@{setting}")
         if e is None:
             continue
-        p = results["paired"].get(f"{name}@{setting}")
-        delta = f" ({p['accuracy_delta']:+.2f} [{p['ci'][0]:+.2f}, {p['ci'][1]:+.2f}])" if p and _ok(
-            p.get("accuracy_delta")) else ""
-        cells = [f"{e['accuracy']:.2f}{delta}", f"{e['prompt_tokens']:.0f}"] + [
+        p = results["paired"].get(f"{name}@{setting}") or {}
+        key = f"{e['accuracy_key_decisions']:.2f}{_delta(p.get('key_decisions'))}" if _ok(
+            e.get("accuracy_key_decisions")) else "–"
+        cells = [f"{e['accuracy']:.2f}{_delta(p)}", key, f"{e['prompt_tokens']:.0f}"] + [
             f"{e[k]:.2f}" if _ok(e.get(k)) else "–" for k in ("key_hit", "candidate_recall", "confuser_rate")]
         rows.append(f"| {name} | {setting} | " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
+
+
+def _delta(p: dict[str, Any] | None) -> str:
+    """` (+0.05 [-0.02, +0.11])` from a paired entry, or "" when there is none."""
+    if not p or not _ok(p.get("accuracy_delta")):
+        return ""
+    return f" ({p['accuracy_delta']:+.2f} [{p['ci'][0]:+.2f}, {p['ci'][1]:+.2f}])"
 
 
 def describe(results: dict[str, Any]) -> str:

@@ -8,7 +8,8 @@
   that reached the candidate set — no valuer can pick what retrieval missed) and `confuser_rate` (contexts
   holding a distractor's argument value the gold does not use);
 * `paired["name@setting"]` — accuracy Δ against `window` at the same budget on the decisions both succeeded
-  on (cluster bootstrap), and the median per-decision prompt-token ratio;
+  on (cluster bootstrap), the median per-decision prompt-token ratio, and `key_decisions`: the same Δ on the
+  decisions where memory matters (a key card before the current user turn);
 * `pareto` — the points no other point beats on both accuracy and median prompt tokens.
 
 A budget-free policy (`full`, setting `none`) is reported at every budget. `operating_points(dev_results)`
@@ -27,7 +28,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from damc.eval.metrics import summarize_records
+from damc.eval.metrics import history_keys, summarize_records
 from damc.eval.stats import paired_bootstrap
 
 BASELINE = "window"
@@ -82,8 +83,15 @@ def paired(recs: dict[str, dict[str, Any]], base: dict[str, dict[str, Any]], dec
     pb = paired_bootstrap([float(recs[i]["correct"]) for i in common], [float(base[i]["correct"]) for i in common],
                           clusters=[recs[i]["episode_id"] for i in common], n_boot=n_boot, seed=seed)
     tok = [recs[i]["prompt_tokens"] / max(base[i]["prompt_tokens"], 1) for i in common]
-    return {"vs": vs, "accuracy_delta": pb["delta"], "ci": pb["ci"], "n": pb["n"], "n_episodes": pb["n_clusters"],
-            "p_le_0": pb["p_le_0"], "prompt_token_ratio": float(np.median(tok)) if tok else float("nan")}
+    out = {"vs": vs, "accuracy_delta": pb["delta"], "ci": pb["ci"], "n": pb["n"], "n_episodes": pb["n_clusters"],
+           "p_le_0": pb["p_le_0"], "prompt_token_ratio": float(np.median(tok)) if tok else float("nan")}
+    keyed = [i for i in common if history_keys(recs[i])]
+    if keyed:  # where memory matters: a key card before the current user turn
+        pk = paired_bootstrap([float(recs[i]["correct"]) for i in keyed], [float(base[i]["correct"]) for i in keyed],
+                              clusters=[recs[i]["episode_id"] for i in keyed], n_boot=n_boot, seed=seed)
+        out["key_decisions"] = {"accuracy_delta": pk["delta"], "ci": pk["ci"], "n": pk["n"],
+                                "n_episodes": pk["n_clusters"]}
+    return out
 
 
 def pareto_front(results: dict[str, Any]) -> list[str]:
