@@ -190,10 +190,30 @@ def test_the_reference_row_reuses_the_previous_calls_prefix_exactly(teacher32):
     other = build_context(teacher32, dp, candidate_cards(dp)[-1:]).messages()
     action = action_text(dp.gold)
     teacher32._last = None
+    teacher32.prefix_block = 64  # a small episode: its system prompt spans a few 64-token blocks, not a 256 one
     cold = teacher32.log_prob(other, action)
     assert teacher32._base_tokens_run == len(teacher32.segment_ids(prompt_segments(teacher32.tokenizer, other))) + \
         len(teacher32.encode(action))                       # nothing to reuse: the whole row ran
     teacher32.log_prob(msgs, action)                         # leaves its KV cache behind
     warm = teacher32.log_prob(other, action)                 # shares the system prompt with the last call
     assert teacher32._base_tokens_run < 0.8 * len(teacher32.segment_ids(prompt_segments(teacher32.tokenizer, other)))
+    teacher32.prefix_block = 256
     np.testing.assert_allclose(warm, cold, atol=1e-4)
+
+
+def test_bf16_log_probs_do_not_depend_on_what_ran_before():
+    """In bf16 a matmul over 900 tokens and over 768 + 132 differ in the last bits; the reference row runs block by
+    block and reuses only whole blocks, so a row scores the same after another call as in a fresh process (a
+    resumed labelling or evaluation run gives the uninterrupted values)."""
+    from damc.teacher.backends import HFTeacher
+
+    t = HFTeacher("smollm2-135m", dtype="bfloat16", device="cpu")
+    text = t.encode("The quick brown fox jumps over the lazy dog near the river bank. " * 60)
+    assert len(text) > 2 * t.prefix_block + 100
+    first = (text[:700] + t.encode(" and then the cat said hello to everyone in the room"), 8)
+    second = (text[:650] + t.encode(" while the dog slept quietly by the warm fireplace tonight"), 8)
+    cold = t.score_rows([second])[0][0]
+    t.score_rows([first])                         # leaves its KV cache behind
+    warm = t.score_rows([second])[0][0]           # reuses the two whole blocks it shares with `first`
+    assert t._base_tokens_run == len(second[0]) - 2 * t.prefix_block
+    np.testing.assert_array_equal(warm, cold)
