@@ -180,7 +180,7 @@ def test_deltas_are_per_action_token(teacher32):
     np.testing.assert_allclose(res.deltas * res.n_action_tokens, total)
 
 
-def test_the_reference_row_reuses_the_previous_calls_prefix_exactly(teacher32):
+def test_the_reference_row_reuses_the_previous_calls_prefix_exactly(teacher32, monkeypatch):
     """Two calls sharing a long prefix (the system prompt of an episode): the second runs only what follows it,
     with the same log-probs as a cold run."""
     from damc.prompting import prompt_segments
@@ -190,14 +190,13 @@ def test_the_reference_row_reuses_the_previous_calls_prefix_exactly(teacher32):
     other = build_context(teacher32, dp, candidate_cards(dp)[-1:]).messages()
     action = action_text(dp.gold)
     teacher32._last = None
-    teacher32.prefix_block = 64  # a small episode: its system prompt spans a few 64-token blocks, not a 256 one
+    monkeypatch.setattr(teacher32, "prefix_block", 64)  # a small episode: its system prompt spans a few 64-token blocks, not a 256 one
     cold = teacher32.log_prob(other, action)
     assert teacher32._base_tokens_run == len(teacher32.segment_ids(prompt_segments(teacher32.tokenizer, other))) + \
         len(teacher32.encode(action))                       # nothing to reuse: the whole row ran
     teacher32.log_prob(msgs, action)                         # leaves its KV cache behind
     warm = teacher32.log_prob(other, action)                 # shares the system prompt with the last call
     assert teacher32._base_tokens_run < 0.8 * len(teacher32.segment_ids(prompt_segments(teacher32.tokenizer, other)))
-    teacher32.prefix_block = 256
     np.testing.assert_allclose(warm, cold, atol=1e-4)
 
 

@@ -158,6 +158,7 @@ class HFTeacher(Teacher):
         # differ in the last bits, up to ~0.1 nats): a resumed labelling or evaluation run gives the same values
         self.prefix_block = 256       # tokens
         self._base_tokens_run = 0
+        self._cache_arg: str | None = None  # the decoder's KV-cache keyword (`_cache_kw`)
         logger.info("HF teacher %s on %s (%s), window %d", self.model_id, self.device, self.dtype,
                     self.max_context_tokens)
 
@@ -314,10 +315,12 @@ class HFTeacher(Teacher):
         """The KV-cache keyword: recent transformers call it `cache`, older ones `past_key_values`."""
         if past is None:
             return {}
-        import inspect
+        if self._cache_arg is None:  # looked up once: the reference row calls this once per block
+            import inspect
 
-        params = inspect.signature(self.model.get_decoder().forward).parameters
-        return {"cache" if "cache" in params else "past_key_values": past}
+            params = inspect.signature(self.model.get_decoder().forward).parameters
+            self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        return {self._cache_arg: past}
 
     def _action_logprobs(self, h: Any, targets: list[int]) -> np.ndarray:
         import torch
