@@ -89,10 +89,11 @@ def bench_ingest(n_cards: int, tokenizer: str | None, rng: random.Random) -> dic
 
 def bench_context(n_cards: int, candidates: Sequence[int], decisions: int, scorer_path: str | None,
                   rng: random.Random, scorer_dtype: str = "auto", scorer_backend: str = "auto",
-                  max_batch_tokens: int | None = 1024) -> list[dict[str, Any]]:
+                  max_batch_tokens: int | None = 1024, max_scored: Sequence[int] = (0,)) -> list[dict[str, Any]]:
     """`build_context` overhead with `n_cards` cards of one user in the store (`share_sessions=True`: every
     session's cards can be candidates), once per candidate cap in `candidates` (FAISS top-N = the cap, 10 recent,
-    10 pinned) on the same store and the same `decisions` fresh queries. The memory is built as a user builds it:
+    10 pinned) and per cascade size in `max_scored` (`MemoryConfig.max_scored`: candidates the scorer cross-encodes,
+    0 = all) on the same store and the same `decisions` fresh queries. The memory is built as a user builds it:
     `DecisionAwareMemory(path, scorer=PATH)` (the scorer's valuer, selector and exported ONNX encoder)."""
     from damc.runtime.memory import DecisionAwareMemory, MemoryConfig
     from damc.runtime.memory import default_valuer
@@ -123,8 +124,11 @@ def bench_context(n_cards: int, candidates: Sequence[int], decisions: int, score
                  for n in ("get_order", "track_parcel", "refund", "get_customer", "search_kb", "update_ticket")]
         live = session_messages(10_000, 4, rng)
         queries = [session_messages(20_000 + i, 1, rng)[1]["content"] for i in range(decisions)]
-        for cap in candidates:
+        for cap, m in [(c, m) for c in candidates for m in max_scored]:
             mem.config.top_n = mem.config.max_candidates = int(cap)
+            mem.config.max_scored = int(m)
+            if hasattr(mem.valuer.inner, "max_scored"):  # what DecisionAwareMemory(config=...) builds with this m
+                mem.valuer.inner.max_scored = int(m)
             mem.valuer.clear()                       # a fresh value cache per setting (a CachedValuer)
             # warm-up (model load, first FAISS search, tokenizer caches)
             mem.build_context(live + [{"role": "user", "content": "warm up"}], tools=tools, session_id="live")
@@ -138,6 +142,7 @@ def bench_context(n_cards: int, candidates: Sequence[int], decisions: int, score
                 n_cand.append(ctx.n_candidates)
             out.append({"cards_in_store": len(mem), "scorer": scorer_name, "encoder": mem.index.model_name,
                         "top_n": mem.config.top_n, "max_candidates": mem.config.max_candidates,
+                        "max_scored": int(m),
                         "candidates_mean": float(np.mean(n_cand)), "overhead_ms": _pct(stages["total"]),
                         "stages_ms": {k: _pct(v) for k, v in stages.items() if k != "total"}})
         mem.close()
@@ -233,6 +238,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--candidates", type=int, nargs="+", default=[50],
                     help="candidate cap(s) (FAISS top-N = cap); several: each on the same store and queries")
     ap.add_argument("--decisions", type=int, default=40, help="timed build_context calls")
+    ap.add_argument("--max-scored", type=int, nargs="+", default=[0],
+                    help="cascade sizes: candidates the scorer cross-encodes (0: all; MemoryConfig.max_scored)")
     ap.add_argument("--scorer", default=None, help="exported CardScorer dir (default: CrossEncoder from minilm-l6)")
     ap.add_argument("--scorer-dtype", default="auto", help="float32 | bfloat16 | auto (bf16 on AMX; the runtime's default)")
     ap.add_argument("--scorer-backend", default="auto",
@@ -263,7 +270,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         out["ingest"] = bench_ingest(args.ingest, "smollm2-135m", rng)
     if not args.skip_context:
         out["build_context"] = bench_context(args.cards, args.candidates, args.decisions, args.scorer, rng,
-                                               args.scorer_dtype, args.scorer_backend, args.max_batch_tokens or None)
+                                               args.scorer_dtype, args.scorer_backend, args.max_batch_tokens or None,
+                                               args.max_scored)
     if args.concurrent:
         from damc.runtime.loadtest import run_concurrent
 

@@ -158,3 +158,62 @@ def test_cards_on_one_isotonic_plateau_keep_the_linear_order():
     assert list(np.argsort(-pred)) == [1, 2, 0, 3]                             # no ties: the linear order
     plain = np.interp(x[:, 0], comb.iso_x, comb.iso_y)
     assert np.all(np.abs(pred - plain) <= TIE_BREAK * np.abs(x[:, 0]) + 1e-6)
+
+
+def _cascade_setup():
+    """Six cards whose BM25 with the query falls card by card, a combiner weighting student 1.0 and BM25 0.5, and a
+    scorer that records what it reads (and rates the *lexically weakest* cards highest)."""
+    from damc.runtime.valuers import ScorerValuer
+
+    words = "order 88412 refund replacement berlin office".split()
+    cards = [Card(f"c{i}", "s", i, "user", "user", " ".join(words[: 6 - i]) + " x")
+             for i in range(6)]
+    n = len(FEATURES)
+    coef = [0.0] * n
+    coef[FEATURES.index("student")], coef[FEATURES.index("bm25")] = 1.0, 0.5
+    comb = Combiner(features=list(FEATURES), mean=[0.0] * n, scale=[1.0] * n, coef=coef, intercept=0.0,
+                    iso_x=[-100.0, 100.0], iso_y=[-100.0, 100.0])
+
+    class Recording:
+        combiner = comb
+        seen: list[list[str]] = []
+
+        def score(self, q, cs):
+            self.seen.append([c.card_id for c in cs])
+            return np.array([float(c.card_id[1:]) for c in cs])    # c5 best, c0 worst
+
+    return cards, comb, Recording, ScorerValuer
+
+
+def test_max_scored_cross_encodes_only_the_cheap_signals_best_and_ranks_the_rest_below_them():
+    cards, comb, Recording, ScorerValuer = _cascade_setup()
+    query = "user: order 88412 refund replacement berlin office"
+    full = ScorerValuer(Recording()).value(query, cards)
+    rec = Recording()
+    rec.seen = []
+    v = ScorerValuer(rec, max_scored=3).value(query, cards)
+    assert rec.seen == [["c0", "c1", "c2"]]                 # the three best by BM25 (the cheap prior), nothing else
+    np.testing.assert_allclose(v[:3], full[:3], rtol=1e-6)  # cross-encoded cards: exactly the full path's values
+    assert v[3:].max() < v[:3].min()                         # never outranking a card the student read
+    assert v[3] > v[4] > v[5]                                # the rest keep the cheap prior's order
+    # at or above the candidate count, and at 0, every card is scored: the full path, bit for bit
+    rec.seen = []
+    np.testing.assert_array_equal(ScorerValuer(rec, max_scored=6).value(query, cards), full)
+    np.testing.assert_array_equal(ScorerValuer(rec, max_scored=0).value(query, cards), full)
+    assert rec.seen == [[c.card_id for c in cards]] * 2
+    with pytest.raises(ValueError, match="max_scored"):
+        ScorerValuer(rec, max_scored=-1)
+
+
+def test_the_runtime_and_the_harness_take_max_scored_from_the_memory_config():
+    from damc.eval.policies import make_policy
+    from damc.eval.policy_base import PolicyEnv
+    from damc.runtime.memory import MemoryConfig, default_valuer
+
+    cards, comb, Recording, _ = _cascade_setup()
+    assert default_valuer(Recording(), MemoryConfig(max_scored=4)).inner.max_scored == 4
+    assert default_valuer(Recording()).inner.max_scored == MemoryConfig().max_scored
+    policy = make_policy("damc", scorer="unused")
+    policy.scorer = Recording()                              # an object, so nothing is loaded from disk
+    env = PolicyEnv(count_tokens=len, memory=MemoryConfig(max_scored=5))
+    assert policy.make_valuer(env).inner.max_scored == 5

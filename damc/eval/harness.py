@@ -276,13 +276,21 @@ class Unit:
     fingerprint: str
 
 
-def new_memory(cfg: Any, llm: DecisionLLM) -> Any:
-    """A fresh in-memory `DecisionAwareMemory` counting tokens with the decision LLM's tokenizer."""
-    from damc.runtime.memory import DecisionAwareMemory, MemoryConfig
+def memory_config(cfg: Any) -> Any:
+    """The run's `MemoryConfig` (`cfg.memory` without its `encoder`)."""
+    from damc.runtime.memory import MemoryConfig
 
     mem_cfg = dict(cfg.get("memory") or {})
-    encoder = mem_cfg.pop("encoder", "minilm-l6")
-    return DecisionAwareMemory(None, encoder=encoder, tokenizer=llm.tokenizer, config=MemoryConfig(**mem_cfg))
+    mem_cfg.pop("encoder", None)
+    return MemoryConfig(**mem_cfg)
+
+
+def new_memory(cfg: Any, llm: DecisionLLM) -> Any:
+    """A fresh in-memory `DecisionAwareMemory` counting tokens with the decision LLM's tokenizer."""
+    from damc.runtime.memory import DecisionAwareMemory
+
+    encoder = (cfg.get("memory") or {}).get("encoder", "minilm-l6")
+    return DecisionAwareMemory(None, encoder=encoder, tokenizer=llm.tokenizer, config=memory_config(cfg))
 
 
 def score_prompt(out: PolicyOutput, d: Decision, llm: DecisionLLM, cache: dict[str, dict[str, Any]],
@@ -427,7 +435,7 @@ def main(cfg: Any) -> dict[str, Any]:
         raise ValueError(f"score=false loads no decision LLM, but {needs} value cards with it: drop them from "
                          f"`policies` or set score=true")
     llm = load_decision_llm(cfg.llm, score=score)
-    env = PolicyEnv(count_tokens=llm.count_tokens, llm=llm.backend, window_tokens=llm.window)
+    env = PolicyEnv(count_tokens=llm.count_tokens, llm=llm.backend, window_tokens=llm.window, memory=memory_config(cfg))
     decisions = select_decisions(load_episodes(cfg.data.path), cfg, llm.count_tokens)
     if not decisions:
         raise ValueError(f"no decisions in {cfg.data.path} pass the filters {dict(cfg.filters)}")

@@ -101,11 +101,14 @@ class PolicyEnv:
         count_tokens: `str -> int` under the decision LLM's tokenizer (budgets are in these tokens).
         llm: the decision LLM backend (`log_prob_many`), used by `damc_teacher` and a shared `llm_judge`.
         window_tokens: the decision LLM's context window; `full` drops its oldest messages beyond it.
+        memory: the runtime's `MemoryConfig` (the valuers the runtime builds itself, `damc` and `heuristic`,
+            take their settings from it, as `DecisionAwareMemory(config=...)` does); None: the defaults.
     """
 
     count_tokens: Callable[[str], int]
     llm: Any = None
     window_tokens: int | None = None
+    memory: Any = None
 
 
 @dataclass

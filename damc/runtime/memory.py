@@ -36,7 +36,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
@@ -50,9 +49,10 @@ from damc.runtime import lifecycle
 from damc.runtime.assemble import assemble, prompt_tokens, split_conversation
 from damc.runtime.compress import Compressor, TemplateCompressor
 from damc.runtime.context import Context, DroppedCard, SelectedCard
+from damc.runtime.config import MemoryConfig
 from damc.runtime.index import CardIndex, IndexConfig
-from damc.runtime.ingest import MAX_CARD_CHARS, ingest_batch
-from damc.runtime.scope import DEFAULT_USER, Scope, tag_card
+from damc.runtime.ingest import ingest_batch
+from damc.runtime.scope import Scope, tag_card
 from damc.runtime.select import Selector, Threshold, TopK, default_budget
 from damc.runtime.store import CardStore, StoreConfig, StoredCard
 from damc.runtime.valuers import CachedValuer, HeuristicValuer, ScorerValuer, Valuer, is_pinned
@@ -65,50 +65,6 @@ logger = logging.getLogger(__name__)
 STAGES = ("ingest", "retrieve", "value", "select", "compress", "assemble")
 
 
-@dataclass
-class MemoryConfig:
-    """Runtime settings (defaults follow the seed article).
-
-    Attributes:
-        session_id: session the messages belong to (card ids are `{session_id}:{message index}...`).
-        context_window: the decision LLM's context window (tokens).
-        budget_fraction: share of the window left after system, tools and current turn given to memory.
-        top_n: FAISS candidates by similarity to the decision query.
-        recent: most recent cards always considered.
-        pinned: most recent pinned cards (errors, user constraints) always considered.
-        max_candidates: cap on the union (the valuer scores at most this many).
-        value_ttl_s: value cache lifetime (seconds).
-        stamp_time: give messages without a `timestamp` the ingest time (enables decay in hours).
-        record: keep per-card value statistics (for `archive`) and the last context per session (for the CLI).
-        encoder_backend: how the retrieval encoder runs: "onnx" (onnxruntime: the scorer's exported `encoder/`,
-            else the packaged int8 all-MiniLM-L6-v2), "torch" (sentence-transformers) or "auto" (onnx when the
-            scorer ships an encoder or torch is not installed — a light install —, torch otherwise).
-        user_id: default scope's user (Mem0 `user_id`); every card belongs to one scope.
-        agent_id: default scope's agent (None: the user's memory without an agent; scopes match exactly).
-        share_sessions: other sessions of the same scope are candidates too (off: a session sees its own cards).
-        max_card_chars: a card's text beyond this many characters is cut (recorded in `meta["truncated"]`).
-        placement: where the fenced memory lines go: "message" (their own message after the system prompt; the
-            system message keeps only the agent's instructions) or "system" (inside the system message).
-    """
-
-    session_id: str = "default"
-    context_window: int = 8192
-    budget_fraction: float = 0.65
-    top_n: int = 16
-    recent: int = 10
-    pinned: int = 10
-    max_candidates: int = 24   # chosen on dev splits: docs/runtime.md "Overhead (measured)"
-    value_ttl_s: float = 60.0
-    stamp_time: bool = True
-    record: bool = True
-    encoder_backend: str = "auto"
-    user_id: str = DEFAULT_USER
-    agent_id: str | None = None
-    share_sessions: bool = False
-    max_card_chars: int = MAX_CARD_CHARS
-    placement: str = "message"
-
-
 def default_valuer(scorer: Any = None, config: MemoryConfig | None = None) -> Valuer:
     """The valuer `DecisionAwareMemory` builds when none is given (the A/B harness calls this same function).
 
@@ -116,9 +72,11 @@ def default_valuer(scorer: Any = None, config: MemoryConfig | None = None) -> Va
     student through its learned combiner (`ScorerValuer`: calibrated predicted delta). Either way behind a TTL
     cache of `value_ttl_s` seconds.
     """
-    valuer: Valuer = HeuristicValuer() if scorer is None else ScorerValuer.from_pretrained(str(scorer)) \
-        if isinstance(scorer, (str, os.PathLike)) else ScorerValuer(scorer)
-    return CachedValuer(valuer, ttl_s=(config or MemoryConfig()).value_ttl_s)
+    config = config or MemoryConfig()
+    valuer: Valuer = HeuristicValuer() if scorer is None else ScorerValuer.from_pretrained(
+        str(scorer), max_scored=config.max_scored) if isinstance(scorer, (str, os.PathLike)) \
+        else ScorerValuer(scorer, max_scored=config.max_scored)
+    return CachedValuer(valuer, ttl_s=config.value_ttl_s)
 
 
 def default_selector(valuer: Valuer) -> Selector:

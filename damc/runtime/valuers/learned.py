@@ -4,6 +4,11 @@
 the combiner's **calibrated predicted delta** (nats per action token; negative = expected to hurt), computed from
 the student's score and the memory's own signals (BM25, cosine, age, kind, pinned). Without a combiner (an older
 export) it squashes the student's score with a sigmoid into [0, 1], as `KNNValuer` does with its value.
+
+`max_scored=M` makes valuing a two-stage cascade (retrieve → cheap rank → cross-encode), the usual way a reranker
+is kept cheap: the combiner first ranks every candidate by its cheap signals alone (the student's feature held at
+its training mean), and only the M best are cross-encoded. The cross-encoder is ~90 % of `build_context`, so the
+cost falls with M; docs/runtime.md measures latency and key-card recall against M.
 `CrossEncoderScorer` stands in for an untrained scorer (a `CrossEncoder` initialised from MiniLM) in benchmarks.
 """
 
@@ -28,12 +33,18 @@ class ScorerValuer(Valuer):
         scorer: a `damc.scorer.CardScorer` (or any object with `.score(query, cards) -> array`).
         temperature: sigmoid temperature applied to the raw scores (no combiner).
         combiner: a `damc.runtime.combiner.Combiner` (default: the scorer's own, `scorer.combiner`, if any).
+        max_scored: cross-encode at most this many candidates per call (0: all), the ones the combiner ranks
+            highest on its cheap signals; the others are valued by those signals alone (the student's feature at
+            its training mean), capped just below the lowest cross-encoded value, so they never outrank a card
+            the student read. Needs a combiner (without one every candidate is scored).
     """
 
     name = "scorer"
 
-    def __init__(self, scorer: Any, temperature: float = 1.0, combiner: Any = None):
-        self.scorer, self.temperature = scorer, temperature
+    def __init__(self, scorer: Any, temperature: float = 1.0, combiner: Any = None, max_scored: int = 0):
+        if int(max_scored) < 0:
+            raise ValueError(f"max_scored must be ≥ 0 (0: score every candidate), got {max_scored}")
+        self.scorer, self.temperature, self.max_scored = scorer, temperature, int(max_scored)
         self.combiner = combiner if combiner is not None else getattr(scorer, "combiner", None)
         self.name = "scorer+combiner" if self.combiner is not None else "scorer"
         self._memory: Any = None
@@ -43,7 +54,7 @@ class ScorerValuer(Valuer):
 
     @classmethod
     def from_pretrained(cls, path: str, dtype: str = "auto", backend: str = "auto", temperature: float = 1.0,
-                        **scorer_kwargs: Any) -> "ScorerValuer":
+                        max_scored: int = 0, **scorer_kwargs: Any) -> "ScorerValuer":
         """Load an exported scorer for the runtime: the int8 ONNX file when the directory has one (fastest on
         CPU, `export.py int8=true`), else torch in bf16 where the CPU/GPU runs it natively (2-3x fp32).
 
@@ -51,6 +62,7 @@ class ScorerValuer(Valuer):
             path: scorer directory.
             dtype / backend: see `CardScorer.from_pretrained` ("auto" by default).
             temperature: sigmoid temperature.
+            max_scored: cross-encode at most this many candidates per call (0: all; see the class).
             scorer_kwargs: other `CardScorer.from_pretrained` arguments (device, max_batch_tokens, ...).
         """
         from damc.runtime.scorer import CardScorer
@@ -62,17 +74,31 @@ class ScorerValuer(Valuer):
                 scorer_kwargs["device"] = pick_device()
             except ImportError:
                 scorer_kwargs["device"] = "cpu"
-        return cls(CardScorer.from_pretrained(path, dtype=dtype, backend=backend, **scorer_kwargs), temperature)
+        return cls(CardScorer.from_pretrained(path, dtype=dtype, backend=backend, **scorer_kwargs), temperature,
+                   max_scored=max_scored)
 
     def value(self, query: str, cards: Sequence[Card], now: float | None = None) -> np.ndarray:
         if not cards:
             return np.zeros(0, dtype=np.float32)
-        scores = np.asarray(self.scorer.score(query, list(cards)))
         if self.combiner is None:
-            return sigmoid(scores, self.temperature)
-        from damc.runtime.combiner import candidate_features
+            return sigmoid(np.asarray(self.scorer.score(query, list(cards))), self.temperature)
+        from damc.runtime.combiner import FEATURES, candidate_features
 
-        return self.combiner.predict(candidate_features(query, cards, memory=self._memory, student=scores))
+        x = candidate_features(query, cards, memory=self._memory)          # the student's column still empty
+        col = FEATURES.index("student")
+        if not self.max_scored or len(cards) <= self.max_scored:
+            x[:, col] = np.asarray(self.scorer.score(query, list(cards)), dtype=np.float64)
+            return self.combiner.predict(x)
+        x[:, col] = self.combiner.mean[col]                                # cheap signals only
+        prior = self.combiner.predict(x)
+        top = np.argsort(-prior, kind="stable")[: self.max_scored]
+        x[top, col] = np.asarray(self.scorer.score(query, [cards[i] for i in top]), dtype=np.float64)
+        out = prior.copy()
+        out[top] = self.combiner.predict(x[top])
+        rest = np.setdiff1d(np.arange(len(cards)), top)
+        floor = float(out[top].min()) - 1e-4
+        out[rest] = np.minimum(prior[rest], floor) - 1e-6 * np.argsort(np.argsort(-prior[rest], kind="stable"))
+        return out.astype(np.float32)
 
 
 class CrossEncoderScorer:

@@ -1,0 +1,57 @@
+"""`MemoryConfig`: the settings of a `DecisionAwareMemory` (`damc.runtime.memory`); configs/memory/default.yaml and
+configs/evaluate.yaml's `memory:` set the same fields for the labels and the A/B harness."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from damc.runtime.ingest import MAX_CARD_CHARS
+from damc.runtime.scope import DEFAULT_USER
+
+
+@dataclass
+class MemoryConfig:
+    """Runtime settings (defaults follow the seed article).
+
+    Attributes:
+        session_id: session the messages belong to (card ids are `{session_id}:{message index}...`).
+        context_window: the decision LLM's context window (tokens).
+        budget_fraction: share of the window left after system, tools and current turn given to memory.
+        top_n: FAISS candidates by similarity to the decision query.
+        recent: most recent cards always considered.
+        pinned: most recent pinned cards (errors, user constraints) always considered.
+        max_candidates: cap on the union (the valuer scores at most this many).
+        max_scored: with a scorer, cross-encode at most this many candidates per decision (0: all), the ones its
+            combiner ranks highest on the cheap signals (BM25, cosine, age, kind, pinned): a two-stage cascade
+            (`ScorerValuer`); the others are valued by those signals and rank below every cross-encoded card.
+        value_ttl_s: value cache lifetime (seconds).
+        stamp_time: give messages without a `timestamp` the ingest time (enables decay in hours).
+        record: keep per-card value statistics (for `archive`) and the last context per session (for the CLI).
+        encoder_backend: how the retrieval encoder runs: "onnx" (onnxruntime: the scorer's exported `encoder/`,
+            else the packaged int8 all-MiniLM-L6-v2), "torch" (sentence-transformers) or "auto" (onnx when the
+            scorer ships an encoder or torch is not installed — a light install —, torch otherwise).
+        user_id: default scope's user (Mem0 `user_id`); every card belongs to one scope.
+        agent_id: default scope's agent (None: the user's memory without an agent; scopes match exactly).
+        share_sessions: other sessions of the same scope are candidates too (off: a session sees its own cards).
+        max_card_chars: a card's text beyond this many characters is cut (recorded in `meta["truncated"]`).
+        placement: where the fenced memory lines go: "message" (their own message after the system prompt; the
+            system message keeps only the agent's instructions) or "system" (inside the system message).
+    """
+
+    session_id: str = "default"
+    context_window: int = 8192
+    budget_fraction: float = 0.65
+    top_n: int = 16
+    recent: int = 10
+    pinned: int = 10
+    max_candidates: int = 24   # chosen on dev splits: docs/runtime.md "Overhead (measured)"
+    max_scored: int = 0
+    value_ttl_s: float = 60.0
+    stamp_time: bool = True
+    record: bool = True
+    encoder_backend: str = "auto"
+    user_id: str = DEFAULT_USER
+    agent_id: str | None = None
+    share_sessions: bool = False
+    max_card_chars: int = MAX_CARD_CHARS
+    placement: str = "message"
