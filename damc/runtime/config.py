@@ -21,9 +21,9 @@ class MemoryConfig:
         recent: most recent cards always considered.
         pinned: most recent pinned cards (errors, user constraints) always considered.
         max_candidates: cap on the union (the valuer scores at most this many).
-        max_scored: with a scorer, cross-encode at most this many candidates per decision (0: all), the ones its
-            combiner ranks highest on the cheap signals (BM25, cosine, age, kind, pinned): a two-stage cascade
-            (`ScorerValuer`); the others are valued by those signals and rank below every cross-encoded card.
+        max_scored: with a scorer, cross-encode at most this many candidates per decision (0: all), the best by
+            reciprocal-rank fusion of BM25 and cosine: a two-stage cascade (`ScorerValuer`); the others rank below
+            every cross-encoded card.
         value_ttl_s: value cache lifetime (seconds).
         stamp_time: give messages without a `timestamp` the ingest time (enables decay in hours).
         record: keep per-card value statistics (for `archive`) and the last context per session (for the CLI).
@@ -45,7 +45,7 @@ class MemoryConfig:
     recent: int = 10
     pinned: int = 10
     max_candidates: int = 24   # chosen on dev splits: docs/runtime.md "Overhead (measured)"
-    max_scored: int = 0
+    max_scored: int = 8        # chosen on dev splits (key hit) and bench_memory (p50): docs/runtime.md
     value_ttl_s: float = 60.0
     stamp_time: bool = True
     record: bool = True

@@ -5,10 +5,11 @@ the combiner's **calibrated predicted delta** (nats per action token; negative =
 the student's score and the memory's own signals (BM25, cosine, age, kind, pinned). Without a combiner (an older
 export) it squashes the student's score with a sigmoid into [0, 1], as `KNNValuer` does with its value.
 
-`max_scored=M` makes valuing a two-stage cascade (retrieve → cheap rank → cross-encode), the usual way a reranker
-is kept cheap: the combiner first ranks every candidate by its cheap signals alone (the student's feature held at
-its training mean), and only the M best are cross-encoded. The cross-encoder is ~90 % of `build_context`, so the
-cost falls with M; docs/runtime.md measures latency and key-card recall against M.
+`max_scored=M` makes valuing a two-stage cascade (retrieve → fuse → cross-encode), the usual way a reranker is kept
+cheap: every candidate is ranked by reciprocal-rank fusion of its BM25 and embedding cosine with the query (signals
+the runtime already holds), and only the M best are cross-encoded. The cross-encoder is most of `build_context`, so
+the cost falls with M; docs/runtime.md measures latency and key-card recall against M (and why the fusion, not the
+combiner's cheap half, is the first stage).
 `CrossEncoderScorer` stands in for an untrained scorer (a `CrossEncoder` initialised from MiniLM) in benchmarks.
 """
 
@@ -25,6 +26,14 @@ from damc.runtime.valuers.base import Valuer, sigmoid
 
 logger = logging.getLogger(__name__)
 
+def rrf(*signals: np.ndarray, k: int = 60) -> np.ndarray:
+    """Reciprocal-rank fusion (Cormack et al., 2009) of per-candidate signals, higher = better: Σ 1/(k + rank)."""
+    out = np.zeros(len(signals[0]))
+    for sig in signals:
+        out += 1.0 / (k + np.argsort(np.argsort(-np.asarray(sig), kind="stable"), kind="stable"))
+    return out
+
+
 class ScorerValuer(Valuer):
     """The distilled student scorer (`CardScorer.score(query, cards)`), through its learned combiner when it has one
     (calibrated predicted delta), else squashed to [0, 1].
@@ -33,10 +42,10 @@ class ScorerValuer(Valuer):
         scorer: a `damc.scorer.CardScorer` (or any object with `.score(query, cards) -> array`).
         temperature: sigmoid temperature applied to the raw scores (no combiner).
         combiner: a `damc.runtime.combiner.Combiner` (default: the scorer's own, `scorer.combiner`, if any).
-        max_scored: cross-encode at most this many candidates per call (0: all), the ones the combiner ranks
-            highest on its cheap signals; the others are valued by those signals alone (the student's feature at
-            its training mean), capped just below the lowest cross-encoded value, so they never outrank a card
-            the student read. Needs a combiner (without one every candidate is scored).
+        max_scored: cross-encode at most this many candidates per call (0: all): the best by reciprocal-rank
+            fusion of BM25 and cosine. The others get the combiner's value for an average student score, capped
+            just below the lowest cross-encoded value, so they never outrank a card the student read. Needs a
+            combiner (without one every candidate is scored).
     """
 
     name = "scorer"
@@ -89,15 +98,14 @@ class ScorerValuer(Valuer):
         if not self.max_scored or len(cards) <= self.max_scored:
             x[:, col] = np.asarray(self.scorer.score(query, list(cards)), dtype=np.float64)
             return self.combiner.predict(x)
-        x[:, col] = self.combiner.mean[col]                                # cheap signals only
-        prior = self.combiner.predict(x)
-        top = np.argsort(-prior, kind="stable")[: self.max_scored]
+        top = np.argsort(-rrf(x[:, FEATURES.index("bm25")], x[:, FEATURES.index("cosine")]), kind="stable")
+        top, rest = top[: self.max_scored], top[self.max_scored:]               # rest: in fused order
         x[top, col] = np.asarray(self.scorer.score(query, [cards[i] for i in top]), dtype=np.float64)
-        out = prior.copy()
+        out = np.empty(len(cards), dtype=np.float64)
         out[top] = self.combiner.predict(x[top])
-        rest = np.setdiff1d(np.arange(len(cards)), top)
+        x[rest, col] = self.combiner.mean[col]                            # an average student score
         floor = float(out[top].min()) - 1e-4
-        out[rest] = np.minimum(prior[rest], floor) - 1e-6 * np.argsort(np.argsort(-prior[rest], kind="stable"))
+        out[rest] = np.minimum(self.combiner.predict(x[rest]), floor) - 1e-6 * np.arange(len(rest))
         return out.astype(np.float32)
 
 
