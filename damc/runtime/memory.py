@@ -7,7 +7,8 @@
   pinned cards (tool errors, user constraints / changed requirements), capped at `max_candidates`;
   cards of the current turn are never candidates (that turn is kept verbatim).
 * **value**: a pluggable `Valuer` (default: the heuristic prior; `scorer=PATH`: the student through its learned
-  combiner, a calibrated predicted delta), behind a TTL cache.
+  combiner, a calibrated predicted delta, over the `max_scored` candidates best by BM25 + cosine fusion), behind
+  a TTL cache.
 * **select**: a pluggable `Selector` under a token budget (default: 65 % of what the context window
   has left after the system prompt, tools and the current turn).
 * **compress**: a pluggable `Compressor` (default: templates), one `[card_id]` line per card.
