@@ -228,7 +228,7 @@ class DAMCPolicy(CardPolicy):
     def make_valuer(self, env, gold=None):
         from damc.runtime.memory import default_valuer
 
-        return default_valuer(self.scorer, env.memory)
+        return default_valuer(self.scorer, getattr(env, "memory", None))
 
 
 class HeuristicPolicy(CardPolicy):
@@ -239,7 +239,7 @@ class HeuristicPolicy(CardPolicy):
     def make_valuer(self, env, gold=None):
         from damc.runtime.memory import default_valuer
 
-        return default_valuer(None, env.memory)
+        return default_valuer(None, getattr(env, "memory", None))
 
 
 class RecencyPolicy(CardPolicy):
