@@ -41,12 +41,15 @@ class MemoryConfig:
     session_id: str = "default"
     context_window: int = 8192
     budget_fraction: float = 0.65
+    # retrieve: the candidate set (the teacher labels the same one: configs/memory/default.yaml)
     top_n: int = 16
     recent: int = 10
     pinned: int = 10
     max_candidates: int = 24   # chosen on dev splits: docs/runtime.md "Overhead (measured)"
+    # value
     max_scored: int = 8        # chosen on dev splits (key hit) and bench_memory (p50): docs/runtime.md
     value_ttl_s: float = 60.0
+    # store and scopes
     stamp_time: bool = True
     record: bool = True
     encoder_backend: str = "auto"
