@@ -374,3 +374,31 @@ def test_scorer_fidelity_on_a_runs_dev_episodes_matches_the_training_metrics(run
                           str(tmp_path / "short.jsonl")], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert few.returncode == 0, few.stderr[-2000:]
     assert "recall3@5 n/a (n=0" in few.stdout
+
+
+def test_the_runtime_cross_encodes_only_max_scored_candidates_with_a_real_scorer(scorer_dir, tmp_path):
+    """`DecisionAwareMemory(path, scorer=DIR)` as a user opens it: the default cascade hands the exported scorer
+    only `max_scored` of the candidates, and a card it did not read never outranks one it did."""
+    from damc.runtime.memory import DecisionAwareMemory, MemoryConfig
+
+    msgs = [{"role": "system", "content": "You are a support agent."}]
+    for i in range(14):
+        msgs += [{"role": "user", "content": f"Please check order {88400 + i} for me."},
+                 {"role": "assistant", "content": None, "tool_calls": [{"id": f"c{i}", "type": "function",
+                  "function": {"name": "get_order", "arguments": json.dumps({"order_id": str(88400 + i)})}}]},
+                 {"role": "tool", "tool_call_id": f"c{i}", "content": json.dumps({"order_id": str(88400 + i),
+                                                                                  "status": "shipped"})}]
+    msgs.append({"role": "user", "content": "Refund order 88407 please."})
+    mem = DecisionAwareMemory(tmp_path / "m", scorer=str(scorer_dir), config=MemoryConfig(max_scored=5))
+    assert mem.valuer.inner.max_scored == 5
+    seen: list[list[str]] = []
+    inner = mem.valuer.inner.scorer
+    score = inner.score
+    inner.score = lambda q, cards, **kw: (seen.append([c.card_id for c in cards]), score(q, cards, **kw))[1]
+    ctx = mem.build_context(msgs, budget_tokens=10**6)
+    assert ctx.n_candidates > 5 and len(seen) == 1 and len(seen[0]) == 5   # the scorer read 5 of the candidates
+    value = {s.card_id: s.value for s in ctx.selected} | {d.card_id: d.value for d in ctx.dropped}
+    assert len(value) == ctx.n_candidates and all(np.isfinite(v) for v in value.values())
+    read, unread = [value[c] for c in seen[0]], [v for c, v in value.items() if c not in seen[0]]
+    assert max(unread) < min(read)                                  # never outranking a card the student read
+    mem.close()
