@@ -377,7 +377,7 @@ def test_scorer_fidelity_on_a_runs_dev_episodes_matches_the_training_metrics(run
 
 
 def test_the_runtime_cross_encodes_only_max_scored_candidates_with_a_real_scorer(scorer_dir, tmp_path):
-    """`DecisionAwareMemory(path, scorer=DIR)` as a user opens it: the default cascade hands the exported scorer
+    """`DecisionAwareMemory(path, scorer=DIR)` as a user opens it: the cascade hands the exported scorer
     only `max_scored` of the candidates, and a card it did not read never outranks one it did."""
     from damc.runtime.memory import DecisionAwareMemory, MemoryConfig
 
