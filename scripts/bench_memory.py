@@ -89,11 +89,11 @@ def bench_ingest(n_cards: int, tokenizer: str | None, rng: random.Random) -> dic
 
 def bench_context(n_cards: int, candidates: Sequence[int], decisions: int, scorer_path: str | None,
                   rng: random.Random, scorer_dtype: str = "auto", scorer_backend: str = "auto",
-                  max_batch_tokens: int | None = 1024, max_scored: Sequence[int] = (0,)) -> list[dict[str, Any]]:
+                  max_batch_tokens: int | None = 1024, max_scored: Sequence[int] | None = None) -> list[dict[str, Any]]:
     """`build_context` overhead with `n_cards` cards of one user in the store (`share_sessions=True`: every
     session's cards can be candidates), once per candidate cap in `candidates` (FAISS top-N = the cap, 10 recent,
     10 pinned) and per cascade size in `max_scored` (`MemoryConfig.max_scored`: candidates the scorer cross-encodes,
-    0 = all) on the same store and the same `decisions` fresh queries. The memory is built as a user builds it:
+    0 = all; None = the runtime's default) on the same store and the same `decisions` fresh queries. The memory is built as a user builds it:
     `DecisionAwareMemory(path, scorer=PATH)` (the scorer's valuer, selector and exported ONNX encoder)."""
     from damc.runtime.memory import DecisionAwareMemory, MemoryConfig
     from damc.runtime.memory import default_valuer
@@ -108,6 +108,7 @@ def bench_context(n_cards: int, candidates: Sequence[int], decisions: int, score
     else:
         scorer, scorer_name = CrossEncoderScorer("minilm-l6", max_length=256), "CrossEncoder(minilm-l6), untrained stand-in"
     cfg = MemoryConfig(recent=10, pinned=10, context_window=8192, share_sessions=True)
+    max_scored = [cfg.max_scored] if max_scored is None else max_scored
     out = []
     with tempfile.TemporaryDirectory() as d:
         if scorer_path:   # exactly what a user runs: the scorer's valuer, selector and exported encoder
@@ -238,8 +239,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--candidates", type=int, nargs="+", default=[50],
                     help="candidate cap(s) (FAISS top-N = cap); several: each on the same store and queries")
     ap.add_argument("--decisions", type=int, default=40, help="timed build_context calls")
-    ap.add_argument("--max-scored", type=int, nargs="+", default=[0],
-                    help="cascade sizes: candidates the scorer cross-encodes (0: all; MemoryConfig.max_scored)")
+    ap.add_argument("--max-scored", type=int, nargs="+", default=None,
+                    help="cascade sizes: candidates the scorer cross-encodes (0: all; default: the runtime's "
+                         "MemoryConfig.max_scored)")
     ap.add_argument("--scorer", default=None, help="exported CardScorer dir (default: CrossEncoder from minilm-l6)")
     ap.add_argument("--scorer-dtype", default="auto", help="float32 | bfloat16 | auto (bf16 on AMX; the runtime's default)")
     ap.add_argument("--scorer-backend", default="auto",

@@ -10,6 +10,7 @@ cheap: every candidate is ranked by reciprocal-rank fusion of its BM25 and embed
 the runtime already holds), and only the M best are cross-encoded. The cross-encoder is most of `build_context`, so
 the cost falls with M; docs/runtime.md measures latency and key-card recall against M (and why the fusion, not the
 combiner's cheap half, is the first stage).
+
 `CrossEncoderScorer` stands in for an untrained scorer (a `CrossEncoder` initialised from MiniLM) in benchmarks.
 """
 
@@ -25,6 +26,7 @@ from damc.query import render_card
 from damc.runtime.valuers.base import Valuer, sigmoid
 
 logger = logging.getLogger(__name__)
+
 
 def rrf(*signals: np.ndarray, k: int = 60) -> np.ndarray:
     """Reciprocal-rank fusion (Cormack et al., 2009) of per-candidate signals, higher = better: Σ 1/(k + rank)."""
