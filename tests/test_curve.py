@@ -1,6 +1,7 @@
 """Learning curves: nested training sets (`data.train_decisions`) and `scripts/learning_curve.py` end to end."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -47,20 +48,49 @@ def test_learning_curve_trains_each_size_once_and_resumes(tmp_path, capsys):
     assert [p["requested"] for p in pts] == [50]                         # 50 > what the labels hold: all, once;
     assert 2 <= pts[0]["train_decisions"] < 50                           # 60 is skipped (same decisions)
     for p in pts:
-        d = p["policies"]["damc"]
+        assert set(p["dev"]) == {"samples"}                              # a dev file is named by its folder
+        d = p["dev"]["samples"]["damc"]
         assert 0 <= d["key_hit"] <= 1 and 0 <= d["candidate_recall"] <= 1 and d["n_key_decisions"] >= 1
-        assert set(p["policies"]) == {"bm25", "similarity", "damc"}
+        assert set(p["dev"]["samples"]) == {"bm25", "similarity", "damc"}
         assert -1 <= p["spearman"] <= 1 and p["heldout_decisions"] >= 1
     out = tmp_path / "curve"
     saved = json.loads((out / "curve.json").read_text())
     assert [p["train_decisions"] for p in saved["points"]] == [p["train_decisions"] for p in pts]
     table = (out / "curve.md").read_text()
     assert table.count("\n| ") == 1 + len(pts)                          # header + one row per point
+    assert "Dev `samples`" in table
     assert (out / "curve.png").stat().st_size > 0
     printed = capsys.readouterr().out
     assert f"[curve] N={pts[0]['train_decisions']}: damc key hit" in printed and "sizes above 50 skipped" in printed
     assert main(_cfg(tmp_path))["timings_s"] == {}                       # a rerun: every stage done
     assert set(main(_cfg(tmp_path, "setting=256"))["timings_s"]) == set()  # reading another setting trains nothing
+    # a second dev set evaluates the same students on it: no training, one evaluation per point
+    two = main(_cfg(tmp_path, "dev=[data/samples/synthetic_sample.jsonl,data/samples/tau2_retail_sample.jsonl]"))
+    assert set(two["timings_s"]) == {"evaluate.n50.tau2_retail_sample"}
+    assert set(two["points"][0]["dev"]) == {"samples", "tau2_retail_sample"}
+    assert (out / "curve.md").read_text().count("Dev `") == 2
+
+
+def test_dev_sets_are_named_by_folder_then_stem():
+    from damc.eval.curve import dev_sets
+
+    assert dev_sets("runs/s/data/tau2_retail/dev.jsonl") == {"tau2_retail": Path("runs/s/data/tau2_retail/dev.jsonl")}
+    named = dev_sets(["a/syn/dev.jsonl", "a/syn/other.jsonl", "b/syn/other.jsonl"])
+    assert list(named) == ["syn", "other", "dev2"]
+    with pytest.raises(ValueError, match="at least one"):
+        dev_sets([])
+
+
+def test_labels_digest_changes_when_label_rows_grow(tmp_path):
+    from damc.eval.curve import labels_digest
+
+    (tmp_path / "shards").mkdir()
+    (tmp_path / "shards" / "a.parquet").write_bytes(b"x" * 10)
+    d0 = labels_digest(tmp_path)
+    (tmp_path / "summary.json").write_text("{}")                       # not label rows
+    assert labels_digest(tmp_path) == d0
+    (tmp_path / "shards" / "b.parquet").write_bytes(b"y")
+    assert labels_digest(tmp_path) != d0
 
 
 def test_learning_curve_errors_name_the_setting(tmp_path):

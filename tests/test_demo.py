@@ -76,6 +76,23 @@ def test_the_small_tau2_study_runs_end_to_end_and_resumes(tmp_path, capsys):
         run_study(compose_stage("study", ["experiment=study_tau2_small", f"out_dir={tmp_path}",
                                           "second_llm.model=smollm2-135m", "second_llm.datasets=[synthetic]"]))
 
+    # the learning curve on the study's labels: a smaller student is trained; the study's own is the last point
+    curve = ["experiment=study_tau2_small", f"out_dir={tmp_path}", "curve.sizes=[2,999]", "curve.dev=[tau2_retail]",
+             "curve.overrides=['data.tool_calls_only=true','budgets=[512]','sweep.top_k=[2]','progress=false','n_boot=20']",
+             "curve.setting=512/k2"]
+    out3 = run_study(compose_stage("study", curve))
+    assert set(out3["timings_s"]) == {"evaluate.all.tau2_retail", "train.n2", "export.n2", "evaluate.n2.tau2_retail"}
+    saved = json.loads((tmp_path / "curve" / "curve.json").read_text())
+    sizes = [p["train_decisions"] for p in saved["points"]]
+    study_n = json.loads((tmp_path / "run" / "metrics.json").read_text())["split"]["train_decisions"]
+    assert sizes == [2, study_n] and study_n > 2                    # 999 > what the labels hold: the study's point
+    assert set(saved["points"][0]["dev"]["tau2_retail"]) == {"bm25", "similarity", "damc"}
+    text = (tmp_path / "report.md").read_text()
+    assert "## Learning curve" in text and "Dev `tau2_retail`" in text and (tmp_path / "curve" / "curve.png").exists()
+    assert run_study(compose_stage("study", curve))["timings_s"] == {}
+    with pytest.raises(ValueError, match="curve.dev"):
+        run_study(compose_stage("study", curve[:2] + ["curve.sizes=[2]", "curve.dev=[synthetic]"]))
+
 
 def test_a_stage_made_with_another_render_version_is_not_reused(monkeypatch):
     """Labels, scorers and evaluations depend on the query/card rendering: a new RENDER_VERSION reruns them."""

@@ -1,7 +1,8 @@
 """`make reproduce`: the study — one student for every dataset, each dataset's test split measured through the runtime.
 
     data (every dataset) → labels (the train splits a profile labels) → train one student on all of them
-    → export → evaluate each dataset (dev sweep → operating points → test) → report.md
+    → export → evaluate each dataset (dev sweep → operating points → test)
+    → learning curve (optional `curve:`: smaller students on nested subsets of the labels, scored on dev) → report.md
 
 Profiles are `damc/configs/study.yaml` (the full study) and `configs/experiment/study_*.yaml` applied to it
 (e.g. `study_tau2_small`, the reduced-size τ²-bench profile CI runs). Each stage composes its module's real
@@ -39,6 +40,7 @@ class Study:
         self.out = Path(cfg.out_dir)
         self.stages_dir = self.out / "stages"
         self.before = ""
+        self.exported = ""
         self.timings: dict[str, float] = {}
 
     @property
@@ -92,6 +94,7 @@ class Study:
         self.run_stage("train", "train", [f"data.labels={labels}", f"out_dir={run}", f"seed={self.cfg.seed}",
                                           *self.cfg.train.overrides])
         self.run_stage("export", "export", [f"run_dir={run}", f"out={scorer}", *self.cfg.export.overrides])
+        self.exported = self.before      # the fingerprint the study's student was exported under
         return scorer
 
     def evaluate(self, scorer: Path, labels: Path) -> dict[str, Any]:
@@ -166,6 +169,11 @@ def run_study(cfg: Any) -> dict[str, Any]:
     evals = study.evaluate(scorer, labels)
     text = report({n: e["results"] for n, e in evals.items()}, policy="damc",
                   operating={n: e["operating"] for n, e in evals.items() if e["operating"]})
+    from damc.eval.curve import study_curve
+
+    curve = study_curve(study, labels, (study.out / "run", scorer, study.exported))
+    if curve:
+        text += "\n## Learning curve (`curve/curve.png`)\n\n" + curve
     text += "\n" + stage_times(study)
     atomic_write_text(study.out / "report.md", text)
     print(text + f"\nreport: {study.out / 'report.md'} (total {time.perf_counter() - t0:.0f} s)", flush=True)
