@@ -1,8 +1,8 @@
 """`make reproduce`: the study — one student for every dataset, each dataset's test split measured through the runtime.
 
     data (every dataset) → labels (the train splits a profile labels) → train one student on all of them
-    → export → evaluate each dataset (dev sweep → operating points → test)
-    → learning curve (optional `curve:`: smaller students on nested subsets of the labels, scored on dev) → report.md
+    → export → learning curve (optional `curve:`: smaller students on nested subsets of the labels, scored on dev)
+    → evaluate each dataset (dev sweep → operating points → test) → report.md
 
 Profiles are `damc/configs/study.yaml` (the full study) and `configs/experiment/study_*.yaml` applied to it
 (e.g. `study_tau2_small`, the reduced-size τ²-bench profile CI runs). Each stage composes its module's real
@@ -166,12 +166,13 @@ def run_study(cfg: Any) -> dict[str, Any]:
     study.data()
     labels = study.labels()
     scorer = study.train_export(labels)
+    from damc.eval.curve import study_curve      # curve builds on Study: imported here, not at the top
+
+    curve = study_curve(study, labels, (study.out / "run", scorer, study.exported))
+    study.before = study.exported        # the test evaluations chain from the student, not from the curve
     evals = study.evaluate(scorer, labels)
     text = report({n: e["results"] for n, e in evals.items()}, policy="damc",
                   operating={n: e["operating"] for n, e in evals.items() if e["operating"]})
-    from damc.eval.curve import study_curve
-
-    curve = study_curve(study, labels, (study.out / "run", scorer, study.exported))
     if curve:
         text += "\n## Learning curve (`curve/curve.png`)\n\n" + curve
     text += "\n" + stage_times(study)
