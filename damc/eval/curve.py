@@ -79,26 +79,24 @@ def labels_digest(path: Any) -> str:
     return hashlib.sha256(listing.encode()).hexdigest()[:16]
 
 
-def point(study: Study, cfg: Any, n: int, root: Path | None = None,
-          trained: tuple[Path, Path, str] | None = None) -> dict[str, Any]:
-    """Train, export and evaluate the student on N labelled decisions (on every dev set); returns its figures.
+def train_point(study: Study, cfg: Any, n: int, root: Path) -> tuple[Path, Path, str]:
+    """Train and export the student on the first N labelled decisions under `root`; returns (run, scorer, the
+    export's fingerprint). The stages chain from the labels' digest, not from the point before."""
+    run, scorer = root / "run", root / "scorer"
+    study.before = labels_digest(cfg.labels_path)
+    study.run_stage(f"train.n{n}", "train", [f"data.labels={cfg.labels_path}", f"out_dir={run}", f"seed={cfg.seed}",
+                                             f"data.train_decisions={n}", *[str(o) for o in cfg.train.overrides]])
+    study.run_stage(f"export.n{n}", "export", [f"run_dir={run}", f"out={scorer}",
+                                               *[str(o) for o in cfg.export.overrides]])
+    return run, scorer, study.before
 
-    A point's stages chain from the labels' digest, not from the point before it, and each dev set's evaluation
-    from the export: adding a dev set or a size reruns only what it touches. `trained=(run, scorer, fingerprint)`
-    evaluates a student trained elsewhere (the study's own, on all its labels) instead of training one."""
-    root = root or study.out / f"n{n}"
-    tag = f"n{n}" if trained is None else "all"
-    if trained is None:
-        run, scorer = root / "run", root / "scorer"
-        study.before = labels_digest(cfg.labels_path)
-        study.run_stage(f"train.{tag}", "train", [f"data.labels={cfg.labels_path}", f"out_dir={run}",
-                                                  f"seed={cfg.seed}", f"data.train_decisions={n}",
-                                                  *[str(o) for o in cfg.train.overrides]])
-        study.run_stage(f"export.{tag}", "export", [f"run_dir={run}", f"out={scorer}",
-                                                    *[str(o) for o in cfg.export.overrides]])
-        exported = study.before
-    else:
-        run, scorer, exported = trained
+
+def score_point(study: Study, cfg: Any, tag: str, trained: tuple[Path, Path, str], root: Path,
+                requested: int | None = None) -> dict[str, Any]:
+    """Evaluate a trained student `(run, scorer, export fingerprint)` on every dev set (each evaluation chains from
+    the export: a new dev set only evaluates); returns the point's figures (`requested` defaults to the number of
+    decisions it trained on)."""
+    run, scorer, exported = trained
     by_dev = {}
     for name, dev in dev_sets(cfg.dev).items():
         ev = root / "eval" / name
@@ -109,7 +107,13 @@ def point(study: Study, cfg: Any, n: int, root: Path | None = None,
         results = _read_json(ev / "results.json")
         by_dev[name] = {p: _policy_metrics(results, p, str(cfg.setting)) for p in cfg.evaluate.policies}
     fid = _fidelity(_read_json(run / "metrics.json"))
-    return {"requested": n, **fid, "dev": by_dev}
+    return {"requested": fid["train_decisions"] if requested is None else requested, **fid, "dev": by_dev}
+
+
+def point(study: Study, cfg: Any, n: int, root: Path | None = None) -> dict[str, Any]:
+    """Train, export and evaluate the student on N labelled decisions (on every dev set); returns its figures."""
+    root = root or study.out / f"n{n}"
+    return score_point(study, cfg, f"n{n}", train_point(study, cfg, n, root), root, requested=n)
 
 
 def write(points: list[dict[str, Any]], cfg: Any, out: Path) -> str:
@@ -151,17 +155,20 @@ def study_curve(study: Study, labels: Path, trained: tuple[Path, Path, str]) -> 
         "export": {"overrides": [str(o) for o in cfg.export.overrides]},
         "evaluate": {"policies": list(cur.policies), "overrides": [str(o) for o in cur.overrides]}})
     out = study.out / "curve"
-    final = point(study, ccfg, 0, root=out / "all", trained=trained)
-    points = []
-    for n in sorted(set(int(x) for x in cur.sizes)):
-        if n >= final["train_decisions"]:
-            print(f"[curve] size {n} ≥ the study's {final['train_decisions']} training decisions: the study's own "
-                  "student is that point", flush=True)
-            break
-        points.append(point(study, ccfg, n, root=out / f"n{n}"))
-        _announce(points[-1])
-    points.append(final | {"requested": final["train_decisions"]})
-    _announce(points[-1])
+    try:
+        final = score_point(study, ccfg, "all", trained, out / "all")
+        points = []
+        for n in sorted(set(int(x) for x in cur.sizes)):
+            if n >= final["train_decisions"]:
+                print(f"[curve] size {n} ≥ the study's {final['train_decisions']} training decisions: the study's "
+                      "own student is that point", flush=True)
+                break
+            points.append(point(study, ccfg, n, root=out / f"n{n}"))
+            _announce(points[-1])
+    finally:
+        study.before = trained[2]    # what runs next chains from the study's student, not from the curve
+    points.append(final)
+    _announce(final)
     return write(points, ccfg, out)
 
 

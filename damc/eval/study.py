@@ -169,7 +169,6 @@ def run_study(cfg: Any) -> dict[str, Any]:
     from damc.eval.curve import study_curve      # curve builds on Study: imported here, not at the top
 
     curve = study_curve(study, labels, (study.out / "run", scorer, study.exported))
-    study.before = study.exported        # the test evaluations chain from the student, not from the curve
     evals = study.evaluate(scorer, labels)
     text = report({n: e["results"] for n, e in evals.items()}, policy="damc",
                   operating={n: e["operating"] for n, e in evals.items() if e["operating"]})
