@@ -211,3 +211,174 @@ def missing_atoms(card: Card, text: str, cfg: TemplateConfig | None = None) -> l
     """Required atoms of `card` that `text` lacks (case-insensitive substring check)."""
     low = " ".join(text.split()).lower()
     return sorted(a for a in required_atoms(card, cfg) if " ".join(a.split()).lower() not in low)
+
+
+# ----------------------------------------------------------------------------- field-level, query-aware lines
+
+@dataclass
+class FieldConfig:
+    """Limits of the field-level line (`field_compress`).
+
+    Attributes:
+        result_chars: soft limit of the non-identifier fields of a result (identifiers are kept beyond it).
+        max_ids: most identifier values kept per result (in order of relevance to the query, then position).
+        field_chars: longest result string value kept verbatim.
+        depth: nesting depth the renderer descends into (deeper structures are shown as clipped JSON).
+        template: limits for everything that is not a JSON tool result (text cards, errors, arguments).
+    """
+
+    result_chars: int = 240
+    max_ids: int = 40
+    field_chars: int = 40
+    depth: int = 6
+    template: TemplateConfig | None = None
+
+
+_STOPWORDS = frozenset("the a an and or of to in on for with from by at is are was were be been it its this that my me "
+                       "i you your we our us he she they them can could would will please want need just also have has "
+                       "had do does did not no yes ok user assistant tool result what which who how when there here "
+                       "so if as but about get".split())
+_WORD = re.compile(r"[A-Za-z0-9]+")
+
+
+def query_terms(text: str | None) -> set[str]:
+    """Lower-cased word and number tokens of a decision query (≥ 2 characters, common words dropped)."""
+    return {w for w in (t.lower() for t in _WORD.findall(text or "")) if len(w) >= 2 and w not in _STOPWORDS}
+
+
+def id_shaped(value: Any) -> bool:
+    """Whether a scalar looks like an identifier whatever its key: one token of 3–48 characters that holds a
+    digit (`#W2378156`, `6992792935`, `credit_card_95`, `4OG6T3`, `2024-05-01`), is upper-case letters
+    (`SDZQKO`, `JFK`), or holds `_` / `@` (`yusuf_rossi`, e-mail addresses). Numbers are values, not ids."""
+    if not isinstance(value, str):
+        return False
+    s = value.strip()
+    if not 3 <= len(s) <= 48 or any(ch.isspace() for ch in s):
+        return False
+    return bool(re.search(r"\d", s) or re.fullmatch(r"[A-Z]{3,8}", s) or "_" in s or "@" in s)
+
+
+def _leaves(obj: Any, depth: int, path: tuple = ()) -> list[tuple[tuple, Any]]:
+    """Every scalar of a JSON value with its path (dict keys and list indices); structures below `depth` are
+    one leaf (their JSON)."""
+    if isinstance(obj, dict) and obj and len(path) < depth:
+        return [leaf for k, v in obj.items() for leaf in _leaves(v, depth, path + (str(k),))]
+    if isinstance(obj, list) and obj and len(path) < depth:
+        return [leaf for j, v in enumerate(obj) for leaf in _leaves(v, depth, path + (j,))]
+    return [(path, obj)]
+
+
+def _record_of(path: tuple, obj: Any) -> tuple:
+    """The path of the record a leaf belongs to: its deepest ancestor that is one element of a collection (a
+    list item, or a dict value that is itself a dict beside other dicts — `variants.{item_id}`, `payment_methods.{id}`)."""
+    node, rec = obj, ()
+    for i, step in enumerate(path[:-1]):
+        parent = node
+        node = parent[step] if isinstance(parent, list) else parent.get(step) if isinstance(parent, dict) else None
+        if isinstance(parent, list) or (isinstance(parent, dict) and isinstance(node, dict)
+                                        and sum(isinstance(v, dict) for v in parent.values()) >= 2):
+            rec = path[: i + 1]
+    return rec
+
+
+def _render_pruned(obj: Any, keep: set[tuple], cfg: FieldConfig, path: tuple = ()) -> str | None:
+    """Compact text of the kept leaves of `obj` (None when nothing under `path` is kept): `k=v`, `k{…}`,
+    `k[…]`; a dict element keyed by its own id (`credit_card_7{id=credit_card_7}`) is written once."""
+    if isinstance(obj, dict) and obj and len(path) < cfg.depth:
+        parts = []
+        for k, v in obj.items():
+            if isinstance(v, dict) and v and len(path) + 1 < cfg.depth:
+                # an element keyed by its own id (`variants{123{item_id=123, …}}`): the id is said once, as the key
+                own = {path + (str(k), str(kk)) for kk, vv in v.items() if str(vv) == str(k)}
+                sub = _render_pruned(v, keep - own, cfg, path + (str(k),))
+                if sub is None and own & keep:
+                    parts.append(_fmt(k, cfg.field_chars))
+                elif sub is not None:
+                    parts.append(f"{_fmt(k, cfg.field_chars)}{sub}")
+                continue
+            sub = _render_pruned(v, keep, cfg, path + (str(k),))
+            if sub is None:
+                continue
+            parts.append(f"{k}{sub}" if isinstance(v, list) and v and len(path) + 1 < cfg.depth else f"{k}={sub}")
+        if not parts:
+            return None
+        return "{" + ", ".join(parts) + "}" if path else ", ".join(parts)
+    if isinstance(obj, list) and obj and len(path) < cfg.depth:
+        parts = [s for j, v in enumerate(obj) if (s := _render_pruned(v, keep, cfg, path + (j,))) is not None]
+        if not parts:
+            return None
+        parts = [p[1:-1] if p.startswith("{") and len(parts) == 1 else p for p in parts]
+        more = len(obj) - len(parts)
+        return "[" + ", ".join(parts + ([f"+{more} more"] if more else [])) + "]"
+    return _fmt(obj, cfg.field_chars) if path in keep else None
+
+
+def summarize_fields(result: Any, query: str | None = None, cfg: FieldConfig | None = None) -> str:
+    """A field-level summary of a tool result that keeps what a decision can need.
+
+    Every identifier-like value is kept wherever it sits — in an `*_id` field, in a list (`orders`,
+    `reservations`), as a dict key's own id — up to `max_ids`; the other fields follow in order of their
+    overlap with the decision `query` (the field's key and value, then the record it belongs to: the matching
+    order line, the variant whose options the user named), shallow before deep, while `result_chars` lasts.
+    Without a query the order is by depth and position. "+N fields" says what was left out.
+    """
+    cfg = cfg or FieldConfig()
+    if result is None:
+        return ""
+    if not isinstance(result, (dict, list)):
+        return _fmt(result, cfg.result_chars) if not isinstance(result, str) else clip(result, cfg.result_chars)
+    # empty values (null, "", [], {}) say nothing a decision can use
+    leaves = [(p, v) for p, v in _leaves(result, cfg.depth) if p and v not in (None, "") and v != [] and v != {}]
+    terms = query_terms(query)
+    rec_text: dict[tuple, set[str]] = {}
+    for p, v in leaves:
+        rec_text.setdefault(_record_of(p, result), set()).update(
+            query_terms(" ".join(str(x) for x in p if isinstance(x, str)) + " " + str(v)))
+
+    def relevance(p: tuple, v: Any) -> tuple[int, int]:
+        if not terms:
+            return 0, 0
+        own = query_terms(f"{p[-1] if isinstance(p[-1], str) else ''} {v}")
+        return len(terms & own), len(terms & rec_text.get(_record_of(p, result), set()))
+
+    def is_id(p: tuple, v: Any) -> bool:
+        key = next((x for x in reversed(p) if isinstance(x, str)), "")
+        return (not isinstance(v, (dict, list)) and v not in (None, "")
+                and (id_shaped(v) if not isinstance(v, (int, float)) else bool(_ID_KEY.search(key)))
+                or (isinstance(v, str) and bool(_ID_KEY.search(key)) and len(v) <= cfg.field_chars))
+
+    order = {p: i for i, (p, _) in enumerate(leaves)}
+    ranked = sorted(leaves, key=lambda pv: (tuple(-x for x in relevance(*pv)), len(pv[0]), order[pv[0]]))
+    keep: set[tuple] = set()
+    ids = [pv for pv in ranked if is_id(*pv)]
+    keep.update(p for p, _ in ids[: cfg.max_ids])
+    used, skipped = 0, len(ids[cfg.max_ids:])
+    for p, v in ranked:
+        if p in keep or is_id(p, v):
+            continue
+        if isinstance(v, str) and v.lower() in _OK_STATUS and p[-1] in ("status", "success"):
+            continue  # an "ok" status adds nothing to the ✓ mark
+        cost = len(str(p[-1])) + len(_fmt(v, cfg.field_chars)) + 3
+        if used + cost > cfg.result_chars:
+            skipped += 1
+            continue
+        keep.add(p)
+        used += cost
+    text = _render_pruned(result, keep, cfg) or ""
+    if skipped:
+        text = f"{text}, +{skipped} fields" if text else f"+{skipped} fields"
+    return text
+
+
+def field_compress(card: Card, query: str | None = None, cfg: FieldConfig | None = None) -> str:
+    """The field-level line of a card: like `template_compress`, but a successful tool result is summarised by
+    `summarize_fields` (every id kept, other fields chosen by the decision query). Other cards: the template."""
+    cfg = cfg or FieldConfig()
+    tcfg = cfg.template or TemplateConfig()
+    if not card.tool_name or card.is_error or (card.status is None and card.result is None):
+        return template_compress(card, tcfg)
+    call = f"{card.tool_name}({render_args(card.arguments, tcfg)})"
+    summary = summarize_fields(card.result, query, cfg)
+    line = f"{OK_MARK} {call} → {summary}" if summary else f"{OK_MARK} {call}"
+    extra = [a for a in card.meta.get("atoms", []) if a not in line] if card.meta else []
+    return line + (" (also: " + ", ".join(extra) + ")" if extra else "")

@@ -91,3 +91,88 @@ def test_merged_card_atoms_are_kept():
     assert "2023-10-29" in line and "Shanghai-7" in line
     assert {"2023-10-29", "Shanghai-7"} <= required_atoms(card)
     assert critical_atoms("x") == set()
+
+
+# ----------------------------------------------------------------------------- field-level lines
+
+from damc.runtime.compress import FieldCompressor  # noqa: E402
+from damc.templates import FieldConfig, field_compress, id_shaped, summarize_fields  # noqa: E402
+
+USER = _tool_card("get_user_details", {"user_id": "raj_7340"}, {
+    "user_id": "raj_7340", "name": {"first_name": "Raj", "last_name": "Sanchez"}, "email": "raj@example.com",
+    "payment_methods": {"credit_card_78": {"source": "credit_card", "id": "credit_card_78", "brand": "visa"},
+                        "gift_card_49": {"source": "gift_card", "id": "gift_card_49", "amount": 163.0}},
+    "membership": "silver", "note": None, "reservations": ["MZDDS4", "60RX9E", "S5IK51", "OUEA45", "Q69X3R"]})
+PRODUCT = _tool_card("get_product_details", {"product_id": "1656367028"}, {
+    "name": "Mechanical Keyboard", "product_id": "1656367028", "variants": {
+        iid: {"item_id": iid, "options": {"switch": sw, "size": size}, "available": True, "price": 200 + j}
+        for j, (iid, sw, size) in enumerate([("9690244451", "clicky", "full"), ("7706410293", "tactile", "80%"),
+                                             ("3616838507", "linear", "60%"), ("8484921793", "clicky", "80%")])}})
+
+
+def test_field_lines_keep_every_id_the_template_drops():
+    """The template keeps `*_id` keys and the first list items: the 4th and 5th reservation ids — values a later
+    `get_reservation_details` needs — are lost there and kept here, with the dict keyed by its own id said once."""
+    tpl = template_compress(USER)
+    line = field_compress(USER)
+    assert "Q69X3R" not in tpl and "OUEA45" not in tpl
+    for rid in ("MZDDS4", "60RX9E", "S5IK51", "OUEA45", "Q69X3R", "credit_card_78", "gift_card_49", "raj_7340"):
+        assert rid in line, rid
+    assert line.count("credit_card_78") == 1 and "null" not in line and "note" not in line
+    assert line.startswith("✓ get_user_details(user_id=raj_7340) → user_id=raj_7340, name{first_name=Raj")
+    assert "reservations[MZDDS4, 60RX9E, S5IK51, OUEA45, Q69X3R]" in line
+    assert required_atoms(USER) <= {a for a in required_atoms(USER) if a in line}  # every required atom stays
+
+
+def test_field_lines_choose_the_fields_of_the_record_the_query_names():
+    """With room for few non-id fields, the variant whose options the decision query names keeps its options;
+    the others keep their ids only. Without a query: shallow fields first, every id still there."""
+    cfg = FieldConfig(result_chars=60)
+    line = summarize_fields(PRODUCT.result, "user: I'd like the tactile one instead", cfg)
+    assert "7706410293{options{switch=tactile, size=80%}" in line
+    assert "clicky" not in line and "linear" not in line
+    for iid in ("9690244451", "7706410293", "3616838507", "8484921793"):
+        assert iid in line
+    plain = summarize_fields(PRODUCT.result, None, cfg)
+    assert "name=\"Mechanical Keyboard\"" in plain and "tactile" not in plain and "+" in plain
+    assert all(iid in plain for iid in ("9690244451", "8484921793"))
+    # max_ids caps the identifiers too, and says so
+    capped = summarize_fields(PRODUCT.result, None, FieldConfig(result_chars=0, max_ids=2))
+    assert sum(iid in capped for iid in ("9690244451", "7706410293", "3616838507", "8484921793")) <= 1
+    assert capped.endswith("fields")
+
+
+def test_id_shape_and_non_result_cards_fall_back_to_the_template():
+    assert all(id_shaped(x) for x in ("#W2378156", "6992792935", "4OG6T3", "SDZQKO", "JFK", "a_b", "x@y.z",
+                                      "2024-05-20"))
+    assert not any(id_shaped(x) for x in ("delivered", "Vacuum Cleaner", "ab", 42, 3.5, None, "x" * 60))
+    assert field_compress(ERR, "order 88412") == template_compress(ERR)
+    (c,) = FieldCompressor().compress([USER], "which reservation?")
+    assert c.source == "fields" and c.line.startswith(f"[{USER.card_id}] ✓ get_user_details")
+    assert FieldCompressor().preview([USER], "which reservation?") == [c.text]
+    assert TemplateCompressor().preview([USER], "ignored") == [template_compress(USER)]
+
+
+def test_field_lines_hold_the_gold_values_of_real_tau2_key_cards():
+    """On the shipped τ²-bench retail sample: the share of the gold's argument values held by its key cards'
+    raw text that the lines keep — every one with field lines, fewer with the template."""
+    from damc.cards import encode_episode
+    from damc.data.episodes import decision_points
+    from damc.eval.policies import gold_values, holds_any
+    from damc.query import render_decision_query
+
+    need = kept_tpl = kept_fld = 0
+    for ep in load_episodes("data/samples/tau2_retail_sample.jsonl"):
+        cards = {c.card_id: c for c in encode_episode(ep)}
+        for dp in decision_points(ep, tool_calls_only=True):
+            keys = [cards[k] for k in dp.key_card_ids if k in cards and cards[k].tool_name]
+            raw = " ".join(c.raw_text for c in keys)
+            vals = [v for v in gold_values(dp.gold) if holds_any(raw, [v])]
+            q = render_decision_query(dp.context, ep.tools)
+            tpl = " ".join(template_compress(c) for c in keys)
+            fld = " ".join(field_compress(c, q) for c in keys)
+            need += len(vals)
+            kept_tpl += sum(holds_any(tpl, [v]) for v in vals)
+            kept_fld += sum(holds_any(fld, [v]) for v in vals)
+    assert need >= 10, need
+    assert kept_fld == need and kept_fld > kept_tpl, (need, kept_fld, kept_tpl)

@@ -281,6 +281,28 @@ def test_selection_only_builds_the_same_prompts_without_the_decision_llm(pipelin
         main(_eval_cfg(pipeline, tmp_path / "bad", "policies=[window,damc_teacher]", "score=false"))
 
 
+def test_field_lines_carry_the_values_the_template_drops_into_the_prompt(tmp_path):
+    """render=fields through the runtime on real τ²-bench retail episodes (selection only): the oracle's prompt
+    holds every history-only value of the gold, the template's loses some; the prompt-level metrics are recorded
+    per decision and aggregated, and the results table shows them."""
+    from damc.eval.harness import main
+
+    out = tmp_path / "fields"
+    res = main(_compose("evaluate", "data.path=data/samples/tau2_retail_sample.jsonl", f"out_dir={out}",
+                        "progress=false", "n_boot=50", "score=false", "policies=[window,oracle]", "budgets=[2048]",
+                        "render=[template,fields]", "data.tool_calls_only=true"))
+    recs = _records(out)
+    vr = [r for r in recs if r["value_recall"] is not None]
+    assert vr and all(0.0 <= r["value_recall"] <= 1.0 for r in vr)
+    assert any(r["prompt_confuser"] is not None for r in recs)
+    fields, tpl = res["policies"]["oracle@2048/fields"], res["policies"]["oracle@2048"]
+    assert fields["value_recall"] == 1.0 and fields["all_values"] == 1.0
+    assert tpl["value_recall"] < fields["value_recall"] and tpl["n_value_decisions"] == fields["n_value_decisions"]
+    assert set(res["policies"]) == {"window@2048", "oracle@2048", "oracle@2048/fields"}
+    table = (out / "results.md").read_text()
+    assert "| value recall | all values | prompt confuser |" in table
+
+
 # ----------------------------------------------------------------------------- metrics
 
 def test_mc_accuracy_uses_length_normalised_logprobs():

@@ -8,7 +8,7 @@ messages. Deployable policies receive only a `DecisionView` (the messages before
 distractors on each prompt (prompts that came out identical are scored once per decision).
 
 Settings per card policy: every budget of `budgets`, then the `sweep` (top-k and value thresholds under one
-budget) — each once per `render` mode (`template` | `raw`, the same for every card policy). One JSON record per
+budget) — each once per `render` mode (`template` | `fields` | `raw`, the same for every card policy). One JSON record per
 (policy, setting, decision) goes to `out_dir/records.jsonl`, fsync'd, with the **fingerprint** of everything
 that record depends on (data file, decision filters, decision LLM, memory settings, the policy's options and
 the files of its scorer / labels): a rerun skips records whose fingerprint still matches and redoes the
@@ -161,6 +161,17 @@ class Decision:
         ids = {c.card_id for c in self.cards}
         return [k for k in self.dp.key_card_ids if k in ids]
 
+    def turn_text(self) -> str:
+        """The current user turn up to the decision, as JSON text (every policy's prompt holds it verbatim)."""
+        return json.dumps(self.dp.current_turn, ensure_ascii=False)
+
+    def history_values(self) -> list[str]:
+        """The gold's argument values that only the history holds: in a card before the current user turn and
+        not in the turn itself — what memory has to carry into the prompt for the decision to be answerable."""
+        turn = self.turn_text()
+        raw = "\n".join(c.raw_text for c in self.cards)
+        return [v for v in gold_values(self.dp.gold) if holds_any(raw, [v]) and not holds_any(turn, [v])]
+
     def confuser_values(self) -> list[str]:
         """Argument values of the distractors that the gold does not use (an id, a team, a code)."""
         gold = set(gold_values(self.dp.gold))
@@ -311,6 +322,19 @@ def score_prompt(out: PolicyOutput, d: Decision, llm: DecisionLLM, cache: dict[s
     return hit
 
 
+def prompt_values(messages: list[dict[str, Any]], d: Decision, confusers: list[str]) -> dict[str, Any]:
+    """What the prompt itself holds (every message but the system prompt, as the LLM reads it — compressed lines,
+    not the cards behind them): `value_recall`, the share of the history-only gold values (`history_values`) in
+    it (None when there are none), and `prompt_confuser`, whether it holds a distractor's value that the current
+    turn does not (None when the distractors add none)."""
+    text = json.dumps([m for m in messages if m.get("role") != "system"], ensure_ascii=False)
+    need = d.history_values()
+    turn = d.turn_text()
+    conf = [v for v in confusers if not holds_any(turn, [v])]
+    return {"value_recall": (sum(holds_any(text, [v]) for v in need) / len(need)) if need else None,
+            "prompt_confuser": holds_any(text, conf) if conf else None}
+
+
 def evaluate_unit(unit: Unit, d: Decision, view: DecisionView, env: PolicyEnv, llm: DecisionLLM, memory: Any,
                   valuer: Any, cache: dict[str, dict[str, Any]], cfg: Any, value_ms: dict[str, float]) -> dict[str, Any]:
     """Build the prompt of one unit at one decision, score it, and return the record (failures recorded)."""
@@ -339,6 +363,7 @@ def evaluate_unit(unit: Unit, d: Decision, view: DecisionView, env: PolicyEnv, l
                    kept_card_ids=out.kept_card_ids, n_candidates=len(out.candidate_ids),
                    key_in_candidates=[k for k in d.history_key_ids if k in set(out.candidate_ids)],
                    confuser=(any(holds_any(text.get(c, ""), confusers) for c in kept) if confusers else None),
+                   **prompt_values(out.messages, d, confusers),
                    prompt_hash=hit["hash"])
     except Exception as e:  # noqa: BLE001 - one failing policy/decision must not stop the run
         logger.warning("%s@%s failed on %s: %s: %s", unit.name, unit.key, d.decision_id, type(e).__name__, e)

@@ -191,7 +191,10 @@ def summarize_records(records: Sequence[dict[str, Any]], *, n_boot: int = 1000, 
     inside the current turn is always in the prompt): `accuracy_key_decisions` (their accuracy), `key_recall`
     (share of those key cards kept), `key_hit` (at least one kept), `candidate_recall` (share among the
     candidates), `confuser_rate` (the context holds a distractor's argument value that the gold does not use;
-    decisions whose distractors add no value are left out of it).
+    decisions whose distractors add no value are left out of it; measured on the kept cards' raw text) and
+    `prompt_confuser_rate` (the same on the prompt's own text: what the compressed lines carry). Over the decisions
+    whose gold uses a value that only the history holds: `value_recall` (share of those values in the prompt) and
+    `all_values` (all of them there).
     """
     ok = [r for r in records if not r.get("failed")]
     scored = [r for r in ok if r.get("correct") is not None]   # selection-only records (score=false) carry none
@@ -226,9 +229,17 @@ def summarize_records(records: Sequence[dict[str, Any]], *, n_boot: int = 1000, 
         conf = [r["confuser"] for r in keyed if r.get("confuser") is not None]
         if conf:
             out["confuser_rate"] = float(np.mean(conf))
+        pconf = [r["prompt_confuser"] for r in keyed if r.get("prompt_confuser") is not None]
+        if pconf:
+            out["prompt_confuser_rate"] = float(np.mean(pconf))
         acc_key = [float(r["correct"]) for r in keyed if r.get("correct") is not None]
         out["accuracy_key_decisions"] = float(np.mean(acc_key)) if acc_key else float("nan")
         out["n_key_decisions"] = len(keyed)
+    vr = [r["value_recall"] for r in ok if r.get("value_recall") is not None]
+    if vr:  # decisions whose gold uses a value only the history holds
+        out["value_recall"] = float(np.mean(vr))
+        out["all_values"] = float(np.mean([v >= 1.0 for v in vr]))
+        out["n_value_decisions"] = len(vr)
     em = [r["exact_match"] for r in ok if r.get("exact_match") is not None]
     if em:
         out["exact_match_name"] = float(np.mean([e["name"] for e in em]))

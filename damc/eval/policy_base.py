@@ -14,7 +14,7 @@ from damc.runtime.store import parse_time
 from damc.runtime.valuers import Valuer
 
 MESSAGE_OVERHEAD_TOKENS = 4   # chat-template tokens around each history message (role markers, separators)
-RENDERS = ("template", "raw")
+RENDERS = ("template", "fields", "raw")
 
 
 # ----------------------------------------------------------------------------- what a policy sees

@@ -135,8 +135,9 @@ def _f(x: Any, nd: int = 3) -> str:
 def results_table(results: dict[str, Any]) -> str:
     """The results as a Markdown table (one row per policy@setting, grouped by budget)."""
     rows = ["| policy | setting | accuracy [95% CI] | Δacc vs window [95% CI] | tokens vs window | prompt tokens (median) "
-            "| key hit | key recall | candidate recall | confuser rate | overhead ms p50 | LLM ms p50 | n | failed |",
-            "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "| key hit | key recall | candidate recall | confuser rate | value recall | all values | prompt confuser "
+            "| overhead ms p50 | LLM ms p50 | n | failed |",
+            "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     entries = sorted(results["policies"].items(), key=lambda kv: (kv[1]["budget"], _setting_order(kv[1]["setting"]),
                                                                  kv[0]))
     front = set(results.get("pareto") or [])
@@ -150,7 +151,8 @@ def results_table(results: dict[str, Any]) -> str:
         rows.append(f"| {e['policy']}{mark} | {e['setting']} | {_f(e['accuracy'])} [{_f(e['accuracy_ci'][0])}, "
                     f"{_f(e['accuracy_ci'][1])}] | {delta} | {ratio} | {_f(e['prompt_tokens'], 0)} | "
                     f"{_f(e.get('key_hit'), 2)} | {_f(e.get('key_recall'), 2)} | {_f(e.get('candidate_recall'), 2)} | "
-                    f"{_f(e.get('confuser_rate'), 2)} | {_f(e['overhead_ms_p50'], 1)} | {_f(e['llm_ms_p50'], 0)} | "
+                    f"{_f(e.get('confuser_rate'), 2)} | {_f(e.get('value_recall'), 2)} | {_f(e.get('all_values'), 2)} | "
+                    f"{_f(e.get('prompt_confuser_rate'), 2)} | {_f(e['overhead_ms_p50'], 1)} | {_f(e['llm_ms_p50'], 0)} | "
                     f"{e['n_decisions']} | {e['n_failed']} |")
     return "\n".join(rows) + "\n\n◆ on the Pareto front (accuracy vs median prompt tokens, references excluded)\n"
 

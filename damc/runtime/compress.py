@@ -2,7 +2,10 @@
 
 `TemplateCompressor` writes each card with its template (`damc.templates.template_compress`: deterministic,
 no model, keeps tool name, arguments, status, error code and ids). `RawCompressor` writes the raw card
-instead (the `render=raw` arm of the A/B harness). `LLMCompressor` asks a chat model for the seed's
+instead (the `render=raw` arm of the A/B harness). `FieldCompressor` writes a tool result field by field
+(`damc.templates.field_compress`): every identifier-like value kept wherever it sits (the template keeps only
+`*_id`-keyed fields and the first items of a list, so an `orders` or `reservations` list loses the very id the
+next call needs), other fields chosen by their overlap with the decision query (`render=fields`). `LLMCompressor` asks a chat model for the seed's
 decision-focused one-liner and **rejects** it — falling back to the template — when it drops any of the
 card's required atoms (`damc.templates.required_atoms`) or is not shorter than the template.
 
@@ -19,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from damc.cards import Card
-from damc.templates import TemplateConfig, clip, missing_atoms, template_compress
+from damc.templates import FieldConfig, TemplateConfig, clip, field_compress, missing_atoms, template_compress
 
 logger = logging.getLogger(__name__)
 
@@ -58,9 +61,10 @@ class Compressor(ABC):
     def compress(self, cards: Sequence[Card], query: str | None = None) -> list[Compressed]:
         """One `Compressed` per card, in order."""
 
-    def preview(self, cards: Sequence[Card]) -> list[str]:
+    def preview(self, cards: Sequence[Card], query: str | None = None) -> list[str]:
         """The text each card will take in the prompt (or an upper bound), cheaply: what the selector's token
-        costs are counted on before anything is compressed. Default: the template."""
+        costs are counted on before anything is compressed (`query`: the decision query, for compressors that
+        read it). Default: the template."""
         return [template_compress(c) for c in cards]
 
 
@@ -75,8 +79,26 @@ class TemplateCompressor(Compressor):
     def compress(self, cards: Sequence[Card], query: str | None = None) -> list[Compressed]:
         return [Compressed(c.card_id, text) for c, text in zip(cards, self.preview(cards))]
 
-    def preview(self, cards: Sequence[Card]) -> list[str]:
+    def preview(self, cards: Sequence[Card], query: str | None = None) -> list[str]:
         return [template_compress(c, self.config) for c in cards]
+
+
+class FieldCompressor(Compressor):
+    """Field-level, query-aware lines (`damc.templates.field_compress`): tool results keep every identifier
+    (up to `FieldConfig.max_ids`) and the fields that overlap the decision query, within
+    `FieldConfig.result_chars`; text cards and errors keep their template. Lines run ~1.4× the template's
+    length on τ²-bench and hold the gold's values where the template drops half of them (docs/runtime.md)."""
+
+    name = "fields"
+
+    def __init__(self, config: FieldConfig | None = None):
+        self.config = config or FieldConfig()
+
+    def compress(self, cards: Sequence[Card], query: str | None = None) -> list[Compressed]:
+        return [Compressed(c.card_id, text, "fields") for c, text in zip(cards, self.preview(cards, query))]
+
+    def preview(self, cards: Sequence[Card], query: str | None = None) -> list[str]:
+        return [field_compress(c, query, self.config) for c in cards]
 
 
 class RawCompressor(Compressor):
@@ -95,7 +117,7 @@ class RawCompressor(Compressor):
     def compress(self, cards: Sequence[Card], query: str | None = None) -> list[Compressed]:
         return [Compressed(c.card_id, text, "raw") for c, text in zip(cards, self.preview(cards))]
 
-    def preview(self, cards: Sequence[Card]) -> list[str]:
+    def preview(self, cards: Sequence[Card], query: str | None = None) -> list[str]:
         texts = [" ".join(c.raw_text.split()) for c in cards]
         return [clip(t, self.max_chars) for t in texts] if self.max_chars else texts
 
@@ -171,8 +193,8 @@ class LLMCompressor(Compressor):
         s = s.removeprefix(f"[{card_id}]").strip()
         return " ".join(s.split())
 
-    def preview(self, cards: Sequence[Card]) -> list[str]:
-        return self.template.preview(cards)   # an accepted LLM line is shorter than its template
+    def preview(self, cards: Sequence[Card], query: str | None = None) -> list[str]:
+        return self.template.preview(cards, query)   # an accepted LLM line is shorter than its template
 
     def compress(self, cards: Sequence[Card], query: str | None = None) -> list[Compressed]:
         base = self.template.compress(cards, query)

@@ -364,7 +364,7 @@ class DecisionAwareMemory:
         budget = budget_tokens if budget_tokens is not None else \
             default_budget(cfg.context_window, base_tokens, cfg.budget_fraction)
         line_tokens = self._count_many([neutralize_line(f"[{c.card_id}] {text}")
-                                        for c, text in zip(cards, compressor.preview(cards))])
+                                        for c, text in zip(cards, compressor.preview(cards, query))])
         sel = selector.select(cards, values, line_tokens, budget, now)
         timings["select"] = (time.perf_counter() - t) * 1000
 
