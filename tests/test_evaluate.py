@@ -301,6 +301,12 @@ def test_field_lines_carry_the_values_the_template_drops_into_the_prompt(tmp_pat
     assert set(res["policies"]) == {"window@2048", "oracle@2048", "oracle@2048/fields"}
     table = (out / "results.md").read_text()
     assert "| value recall | all values | prompt confuser |" in table
+    # the render A/B table (scripts/compare_renders.py) pairs each template row with its fields row
+    from damc.eval.renders import table as renders_table
+
+    rows = {ln.split(" | ")[0].lstrip("| "): ln for ln in renders_table(out).splitlines() if ln.startswith("| oracle")}
+    (row,) = rows.values()
+    assert row.startswith("| oracle@2048 | ") and f"| {tpl['value_recall']:.2f} → 1.00 |" in row
 
 
 # ----------------------------------------------------------------------------- metrics

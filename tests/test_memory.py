@@ -122,6 +122,29 @@ def test_small_budget_drops_for_budget():
     assert any(d.reason == "budget" for d in ctx.dropped)
 
 
+def test_field_compressor_from_the_config_writes_every_id_into_the_prompt():
+    """`MemoryConfig.compressor="fields"`: the kept tool card's line holds ids the template cuts (list items after
+    the third); an unknown name is refused at construction."""
+    from damc.runtime.config import MemoryConfig
+
+    msgs = [{"role": "system", "content": "You are a support agent."},
+            {"role": "user", "content": "Which of my orders shipped?"},
+            call("c1", "list_orders", user="ana_7"),
+            result("c1", {"orders": [f"#W{1000 + i}" for i in range(8)]}),
+            {"role": "assistant", "content": "You have eight orders."},
+            {"role": "user", "content": "Cancel the last one, #W1007... no wait, check the 7th first."}]
+    lines = {}
+    for name in ("template", "fields"):
+        mem = DecisionAwareMemory(None, config=MemoryConfig(compressor=name), selector=TopK(None))
+        ctx = mem.build_context(msgs, tools=TOOLS)
+        (line,) = [s.line for s in ctx.selected if "list_orders" in s.line]
+        lines[name] = line
+    assert "#W1006" not in lines["template"] and "+5 more" in lines["template"]
+    assert all(f"#W{1000 + i}" in lines["fields"] for i in range(8))
+    with pytest.raises(ValueError, match="MemoryConfig.compressor must be one of"):
+        DecisionAwareMemory(None, config=MemoryConfig(compressor="zip"))
+
+
 def test_add_merges_tool_results_across_batches_and_rejects_malformed():
     mem = DecisionAwareMemory(None, tokenizer=None, session_id="s")
     assert mem.add({"role": "user", "content": "where is 88412"}) == ["s:0"]

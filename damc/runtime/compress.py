@@ -122,6 +122,9 @@ class RawCompressor(Compressor):
         return [clip(t, self.max_chars) for t in texts] if self.max_chars else texts
 
 
+COMPRESSORS: dict[str, type[Compressor]] = {"template": TemplateCompressor, "fields": FieldCompressor, "raw": RawCompressor}
+
+
 COMPRESS_PROMPT = ("Compress this tool-call record into the most concise statement, highlighting: 1. which tool "
                    "was called, 2. the key inputs and outputs, 3. the result status (success / failure / "
                    "exception), 4. the implication for next steps, if any. Keep every id, number and error code "

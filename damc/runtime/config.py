@@ -36,6 +36,9 @@ class MemoryConfig:
         max_card_chars: a card's text beyond this many characters is cut (recorded in `meta["truncated"]`).
         placement: where the fenced memory lines go: "message" (their own message after the system prompt; the
             system message keeps only the agent's instructions) or "system" (inside the system message).
+        compressor: how kept cards are written when no `Compressor` is passed: "template" (one short line per
+            card), "fields" (field-level: every id of a tool result kept, other fields by the decision query;
+            `FieldCompressor`) or "raw" (the card's full text).
     """
 
     session_id: str = "default"
@@ -58,3 +61,4 @@ class MemoryConfig:
     share_sessions: bool = False
     max_card_chars: int = MAX_CARD_CHARS
     placement: str = "message"
+    compressor: str = "template"

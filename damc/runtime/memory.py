@@ -48,7 +48,7 @@ from damc.prompting import PLACEMENTS, neutralize_line
 from damc.query import render_decision_query
 from damc.runtime import lifecycle
 from damc.runtime.assemble import assemble, prompt_tokens, split_conversation
-from damc.runtime.compress import Compressor, TemplateCompressor
+from damc.runtime.compress import COMPRESSORS, Compressor
 from damc.runtime.context import Context, DroppedCard, SelectedCard
 from damc.runtime.config import MemoryConfig
 from damc.runtime.index import CardIndex, IndexConfig
@@ -116,7 +116,7 @@ class DecisionAwareMemory:
             through its learned combiner when `scorer` is given).
         selector: how cards are chosen (default: `default_selector` — the scorer's dev-chosen `Threshold(τ)`,
             else `TopK(12)`; always under the budget).
-        compressor: how kept cards are written (default: templates).
+        compressor: how kept cards are written (default: `config.compressor`, "template" — `TemplateCompressor`).
         scorer: a `CardScorer` or a path to an exported one (`CardScorer.from_pretrained`).
         encoder: sentence encoder for the FAISS index (registry name, path, or an encoder object); how a name
             runs is `config.encoder_backend` (a scorer exported with `encoder/` brings its ONNX encoder).
@@ -145,6 +145,9 @@ class DecisionAwareMemory:
         self.scope = Scope(self.config.user_id, self.config.agent_id)  # raises ValueError on a bad id
         if self.config.placement not in PLACEMENTS:
             raise ValueError(f"MemoryConfig.placement must be one of {PLACEMENTS}, got {self.config.placement!r}")
+        if compressor is None and self.config.compressor not in COMPRESSORS:
+            raise ValueError(f"MemoryConfig.compressor must be one of {sorted(COMPRESSORS)}, "
+                             f"got {self.config.compressor!r}")
         db, faiss_path = self._paths(path)
         self.path = Path(path) if path else None
         self.store = CardStore(db, store_config)
@@ -153,7 +156,7 @@ class DecisionAwareMemory:
                                encoder_backend=self.config.encoder_backend, scorer_dir=scorer_dir)
         self.valuer = valuer if valuer is not None else default_valuer(scorer, self.config)
         self.selector = selector or default_selector(self.valuer)
-        self.compressor = compressor or TemplateCompressor()
+        self.compressor = compressor or COMPRESSORS[self.config.compressor]()
         self._tokenizer_spec = tokenizer
         self._tokenizer: Any = None
 

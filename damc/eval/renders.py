@@ -1,0 +1,92 @@
+"""A/B of how kept cards are written: one template line per card vs field-level lines (`render=fields`), every
+other setting equal, on the same decisions — through the harness, i.e. through `DecisionAwareMemory`.
+
+    python scripts/compare_renders.py OUT_DIR data.path=TEST.jsonl scorer=SCORER \
+        'policies=[window,similarity,damc,oracle]' budgets=[1024] 'sweep.top_k=[4]' data.tool_calls_only=true
+    python scripts/compare_renders.py --table OUT_DIR1 OUT_DIR2 ...     # finished runs, one table each
+
+One harness run with `render=[template,fields]` (resumable; records of an earlier run with the same settings —
+e.g. a study's template records copied into OUT_DIR — are reused) and one table: per policy@setting, accuracy
+with each rendering and the paired difference fields − template (cluster bootstrap over episodes), the same on the
+decisions where memory matters (a key card before the current user turn), and what the prompts hold — median
+tokens, `value_recall` (share of the gold's history-only values in the prompt), `all_values`, and
+`prompt_confuser` (a distractor's value in the prompt text).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from damc.eval.stats import paired_bootstrap
+
+RENDER = "fields"
+
+
+def _records(out: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """(policy@setting, decision_id) → the successful records of a harness run (torn lines, repeats handled)."""
+    from damc.eval.records import RecordLog
+
+    rows = RecordLog(out / "records.jsonl").records.values()
+    return {(r["policy"] + "@" + r["setting"], r["decision_id"]): r for r in rows if not r.get("failed")}
+
+
+def _mean(xs: list[Any], nd: int = 2) -> str:
+    xs = [float(x) for x in xs if x is not None]
+    return f"{np.mean(xs):.{nd}f}" if xs else "–"
+
+
+def _delta(a: list[float], b: list[float], clusters: list[str]) -> str:
+    if not a or any(x is None for x in a + b):
+        return "–"
+    p = paired_bootstrap(a, b, clusters=clusters, n_boot=2000)
+    return f"{p['delta']:+.2f} [{p['ci'][0]:+.2f}, {p['ci'][1]:+.2f}]"
+
+
+def table(out: Path) -> str:
+    """The Markdown table of one finished run with both renderings (see the module docstring)."""
+    recs = _records(out)
+    keys = sorted({k for k, _ in recs if not k.endswith("/" + RENDER)})
+    head = ("| policy@setting | n | accuracy: template → fields (Δ [95 % CI]) | where memory matters: n, template → "
+            "fields (Δ) | prompt tokens | value recall | all values | prompt confuser |")
+    lines = [f"**{out}**", "", head, "|---|---:|---|---|---|---|---|---|"]
+    for key in keys:
+        other = f"{key}/{RENDER}"   # Setting.key puts the render mode last
+        ids = sorted(d for k, d in recs if k == key and (other, d) in recs)
+        if not ids:
+            continue
+        t = [recs[(key, d)] for d in ids]
+        f = [recs[(other, d)] for d in ids]
+        acc_t, acc_f = [r["correct"] for r in t], [r["correct"] for r in f]
+        cl = [r["episode_id"] for r in t]
+        mm = [i for i, r in enumerate(t) if r.get("memory_matters")]
+        scored = all(x is not None for x in acc_t + acc_f)
+        acc = (f"{np.mean(acc_t):.2f} → {np.mean(acc_f):.2f} ({_delta(acc_f, acc_t, cl)})" if scored else "–")
+        acc_mm = (f"{len(mm)}: {np.mean([acc_t[i] for i in mm]):.2f} → {np.mean([acc_f[i] for i in mm]):.2f} "
+                  f"({_delta([acc_f[i] for i in mm], [acc_t[i] for i in mm], [cl[i] for i in mm])})"
+                  if scored and mm else "–")
+        vt = [r.get("value_recall") for r in t]
+        vf = [r.get("value_recall") for r in f]
+        allv = (_mean([None if v is None else float(v >= 1.0) for v in vt]) + " → " +
+                _mean([None if v is None else float(v >= 1.0) for v in vf]))
+        lines.append(
+            f"| {key} | {len(ids)} | {acc} | {acc_mm} | {np.median([r['prompt_tokens'] for r in t]):.0f} → "
+            f"{np.median([r['prompt_tokens'] for r in f]):.0f} | {_mean(vt)} → {_mean(vf)} | {allv} | "
+            f"{_mean([r.get('prompt_confuser') for r in t])} → {_mean([r.get('prompt_confuser') for r in f])} |")
+    return "\n".join(lines)
+
+
+def compare(out_dir: Path, overrides: list[str]) -> str:
+    """Run the harness with both renderings into `out_dir` and return (and write `renders.md`) the table."""
+    from hydra import compose, initialize_config_module
+
+    from damc.eval.harness import main
+
+    with initialize_config_module("damc.configs", version_base="1.3"):
+        cfg = compose("evaluate", overrides=[*overrides, f"render=[template,{RENDER}]", f"out_dir={out_dir}"])
+    main(cfg)
+    text = table(out_dir)
+    (out_dir / "renders.md").write_text(text + "\n")
+    return text
