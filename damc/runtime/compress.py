@@ -86,8 +86,9 @@ class TemplateCompressor(Compressor):
 class FieldCompressor(Compressor):
     """Field-level, query-aware lines (`damc.templates.field_compress`): tool results keep every identifier
     (up to `FieldConfig.max_ids`) and the fields that overlap the decision query, within
-    `FieldConfig.result_chars`; text cards and errors keep their template. Lines run ~1.4× the template's
-    length on τ²-bench and hold the gold's values where the template drops half of them (docs/runtime.md)."""
+    `FieldConfig.result_chars`; with `FieldConfig.focus` (default) the records a decision query names less closely
+    than a sibling are left out. Text cards and errors keep their template. Measured against the template
+    (longer lines, the gold's values kept, look-alikes): docs/runtime.md, "Field lines"."""
 
     name = "fields"
 
