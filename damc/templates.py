@@ -336,16 +336,18 @@ def summarize_fields(result: Any, query: str | None = None, cfg: FieldConfig | N
     # empty values (null, "", [], {}) say nothing a decision can use
     leaves = [(p, v) for p, v in _leaves(result, cfg.depth) if p and v not in (None, "") and v != [] and v != {}]
     terms = query_terms(query)
+    rec = {p: _record_of(p, result) for p, _ in leaves}
     rec_text: dict[tuple, set[str]] = {}
-    for p, v in leaves:
-        rec_text.setdefault(_record_of(p, result), set()).update(
-            query_terms(" ".join(str(x) for x in p if isinstance(x, str)) + " " + str(v)))
+    if terms:
+        for p, v in leaves:
+            rec_text.setdefault(rec[p], set()).update(
+                query_terms(" ".join(str(x) for x in p if isinstance(x, str)) + " " + str(v)))
 
     def relevance(p: tuple, v: Any) -> tuple[int, int]:
         if not terms:
             return 0, 0
         own = query_terms(f"{p[-1] if isinstance(p[-1], str) else ''} {v}")
-        return len(terms & own), len(terms & rec_text.get(_record_of(p, result), set()))
+        return len(terms & own), len(terms & rec_text.get(rec[p], set()))
 
     def is_id(p: tuple, v: Any) -> bool:
         key = next((x for x in reversed(p) if isinstance(x, str)), "")
@@ -361,9 +363,9 @@ def summarize_fields(result: Any, query: str | None = None, cfg: FieldConfig | N
         best: dict[tuple, int] = {}
         for r, sc in score.items():
             best[r[:-1]] = max(best.get(r[:-1], 0), sc)
-        off = {r for r, sc in score.items() if best[r[:-1]] > sc and sum(1 for q in score if q[:-1] == r[:-1]) > 1}
-        n_off = sum(1 for pv in leaves if _record_of(pv[0], result) in off)
-        leaves = [pv for pv in leaves if _record_of(pv[0], result) not in off]
+        off = {r for r, sc in score.items() if best[r[:-1]] > sc}   # a sibling scores higher: ≥ 2 records there
+        n_off = sum(1 for p, _ in leaves if rec[p] in off)
+        leaves = [(p, v) for p, v in leaves if rec[p] not in off]
     order = {p: i for i, (p, _) in enumerate(leaves)}
     ranked = sorted(leaves, key=lambda pv: (tuple(-x for x in relevance(*pv)), len(pv[0]), order[pv[0]]))
     keep: set[tuple] = set()

@@ -306,7 +306,7 @@ def test_field_lines_carry_the_values_the_template_drops_into_the_prompt(tmp_pat
 
     rows = {ln.split(" | ")[0].lstrip("| "): ln for ln in renders_table(out).splitlines() if ln.startswith("| oracle")}
     (row,) = rows.values()
-    assert row.startswith("| oracle@2048 | ") and f"| {tpl['value_recall']:.2f} → 1.00 |" in row
+    assert row.startswith("| oracle@2048 | ") and f"| {tpl['value_recall']:.2f} → 1.00 ({tpl['n_value_decisions']}) |" in row
 
 
 # ----------------------------------------------------------------------------- metrics

@@ -50,7 +50,7 @@ def table(out: Path) -> str:
     recs = _records(out)
     keys = sorted({k for k, _ in recs if not k.endswith("/" + RENDER)})
     head = ("| policy@setting | n | accuracy: template → fields (Δ [95 % CI]) | where memory matters: n, template → "
-            "fields (Δ) | prompt tokens | value recall | all values | prompt confuser |")
+            "fields (Δ) | prompt tokens | value recall (n) | all values | prompt confuser |")
     lines = [f"**{out}**", "", head, "|---|---:|---|---|---|---|---|---|"]
     for key in keys:
         other = f"{key}/{RENDER}"   # Setting.key puts the render mode last
@@ -73,7 +73,8 @@ def table(out: Path) -> str:
                 _mean([None if v is None else float(v >= 1.0) for v in vf]))
         lines.append(
             f"| {key} | {len(ids)} | {acc} | {acc_mm} | {np.median([r['prompt_tokens'] for r in t]):.0f} → "
-            f"{np.median([r['prompt_tokens'] for r in f]):.0f} | {_mean(vt)} → {_mean(vf)} | {allv} | "
+            f"{np.median([r['prompt_tokens'] for r in f]):.0f} | {_mean(vt)} → {_mean(vf)} "
+            f"({sum(v is not None for v in vt)}) | {allv} | "
             f"{_mean([r.get('prompt_confuser') for r in t])} → {_mean([r.get('prompt_confuser') for r in f])} |")
     return "\n".join(lines)
 
