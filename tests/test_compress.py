@@ -187,3 +187,19 @@ def test_field_lines_hold_the_gold_values_of_real_tau2_key_cards():
             kept_fld += sum(holds_any(fld, [v]) for v in vals)
     assert need >= 10, need
     assert kept_all == need and kept_fld >= 0.9 * need and kept_fld > kept_tpl, (need, kept_all, kept_fld, kept_tpl)
+
+
+def test_key_card_lines_table_on_the_tau2_sample():
+    """`compare_renders.py --key-cards`: raw text keeps every value by definition, field lines keep more of them
+    than the template, and focus never keeps more look-alikes than every-id lines."""
+    import re as _re
+
+    from damc.eval.renders import key_card_lines
+
+    text = key_card_lines("data/samples/tau2_retail_sample.jsonl")
+    rows = {m.group(1): [float(x) for x in m.group(2, 3, 4)]
+            for m in _re.finditer(r"^\| ([^|]+?) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|", text, _re.M)}
+    assert set(rows) == {"raw", "template", "fields (every id)", "fields"}
+    assert rows["raw"][:2] == [1.0, 1.0] and rows["fields (every id)"][0] == 1.0
+    assert rows["template"][0] < rows["fields"][0] and rows["template"][1] < rows["fields"][1]
+    assert rows["fields"][2] <= rows["fields (every id)"][2]

@@ -4,6 +4,7 @@ other setting equal, on the same decisions — through the harness, i.e. through
     python scripts/compare_renders.py OUT_DIR data.path=TEST.jsonl scorer=SCORER \
         'policies=[window,similarity,damc,oracle]' budgets=[1024] 'sweep.top_k=[4]' data.tool_calls_only=true
     python scripts/compare_renders.py --table OUT_DIR1 OUT_DIR2 ...     # finished runs, one table each
+    python scripts/compare_renders.py --key-cards EPISODES.jsonl ...    # the key cards' lines alone (`key_card_lines`)
 
 One harness run with `render=[template,fields]` (resumable; records of an earlier run with the same settings —
 e.g. a study's template records copied into OUT_DIR — are reused) and one table: per policy@setting, accuracy
@@ -91,3 +92,47 @@ def compare(out_dir: Path, overrides: list[str]) -> str:
     text = table(out_dir)
     (out_dir / "renders.md").write_text(text + "\n")
     return text
+
+
+def key_card_lines(path: str | Path, renders: dict[str, Any] | None = None) -> str:
+    """How much of what a decision needs its key cards' lines keep, without any selection: over the tool-call
+    decisions of an episode file that have key cards, the share of the gold's argument values held by the key
+    cards' raw text that each rendering keeps (`value recall`, `all values`), whether the lines carry a
+    distractor's value (`confuser`), and their length. `renders`: name → `card, query -> text` (default: raw,
+    template, fields without focus, fields)."""
+    from damc.cards import encode_episode
+    from damc.data.episodes import decision_points, load_episodes, make_distractors
+    from damc.eval.harness import Decision
+    from damc.eval.policies import gold_values, holds_any
+    from damc.query import render_decision_query
+    from damc.templates import FieldConfig, field_compress, template_compress
+
+    renders = renders or {"raw": lambda c, q: c.raw_text, "template": lambda c, q: template_compress(c),
+                          "fields (every id)": lambda c, q: field_compress(c, q, FieldConfig(focus=False)),
+                          "fields": lambda c, q: field_compress(c, q)}
+    stats = {name: {"values": 0, "all": 0, "confuser": 0, "chars": 0} for name in renders}
+    n = n_values = 0
+    for ep in load_episodes(path):
+        cards = {c.card_id: c for c in encode_episode(ep)}
+        for dp in decision_points(ep, tool_calls_only=True):
+            keys = [cards[k] for k in dp.key_card_ids if k in cards]
+            if not keys:
+                continue
+            raw = " ".join(c.raw_text for c in keys)
+            need = [v for v in gold_values(dp.gold) if holds_any(raw, [v])]
+            conf = Decision(dp, list(cards.values()), make_distractors(ep, dp.index)).confuser_values()
+            q = render_decision_query(dp.context, ep.tools)
+            n, n_values = n + 1, n_values + len(need)
+            for name, fn in renders.items():
+                text = " ".join(fn(c, q) for c in keys)
+                st = stats[name]
+                st["values"] += sum(holds_any(text, [v]) for v in need)
+                st["all"] += all(holds_any(text, [v]) for v in need)
+                st["confuser"] += bool(conf) and holds_any(text, conf)
+                st["chars"] += len(text)
+    lines = [f"**{path}**: {n} tool-call decisions with key cards, {n_values} gold values in them", "",
+             "| lines | value recall | all values | confuser | characters per decision |", "|---|---:|---:|---:|---:|"]
+    for name, st in stats.items():
+        lines.append(f"| {name} | {st['values'] / max(n_values, 1):.2f} | {st['all'] / max(n, 1):.2f} | "
+                     f"{st['confuser'] / max(n, 1):.2f} | {st['chars'] / max(n, 1):.0f} |")
+    return "\n".join(lines)
