@@ -41,9 +41,9 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" tests
 
-## reproduce: the full-size study behind the README's results table
+## reproduce: the full-size study (GPU-sized); PROFILE=study_cpu_full runs the CPU profile behind the README's results
 reproduce: $(STAMP)
-	$(PY) scripts/reproduce.py
+	$(PY) scripts/reproduce.py $(if $(PROFILE),experiment=$(PROFILE))
 
 clean:
 	rm -rf outputs multirun runs wandb artifacts
