@@ -44,7 +44,7 @@ import numpy as np
 
 from damc.cards import Card, cards_before, encode_episode, token_counter
 from damc.data.episodes import DecisionPoint, Episode, decision_points, iter_scalars, load_episodes, make_distractors
-from damc.eval.metrics import exact_match, multiple_choice, parse_action
+from damc.eval.metrics import exact_match, multiple_choice, parse_action, prompt_values
 from damc.eval.policies import (POLICIES, CardPolicy, DecisionView, GoldView, Policy, PolicyEnv, PolicyOutput, Setting,
                                 gold_values, holds_any, make_policy)
 from damc.eval.records import RecordLog, fingerprints
@@ -322,19 +322,6 @@ def score_prompt(out: PolicyOutput, d: Decision, llm: DecisionLLM, cache: dict[s
     return hit
 
 
-def prompt_values(messages: list[dict[str, Any]], d: Decision, confusers: list[str]) -> dict[str, Any]:
-    """What the prompt itself holds (every message but the system prompt, as the LLM reads it — compressed lines,
-    not the cards behind them): `value_recall`, the share of the history-only gold values (`history_values`) in
-    it (None when there are none), and `prompt_confuser`, whether it holds a distractor's value that the current
-    turn does not (None when the distractors add none)."""
-    text = json.dumps([m for m in messages if m.get("role") != "system"], ensure_ascii=False)
-    need = d.history_values()
-    turn = d.turn_text()
-    conf = [v for v in confusers if not holds_any(turn, [v])]
-    return {"value_recall": (sum(holds_any(text, [v]) for v in need) / len(need)) if need else None,
-            "prompt_confuser": holds_any(text, conf) if conf else None}
-
-
 def evaluate_unit(unit: Unit, d: Decision, view: DecisionView, env: PolicyEnv, llm: DecisionLLM, memory: Any,
                   valuer: Any, cache: dict[str, dict[str, Any]], cfg: Any, value_ms: dict[str, float]) -> dict[str, Any]:
     """Build the prompt of one unit at one decision, score it, and return the record (failures recorded)."""
@@ -363,7 +350,7 @@ def evaluate_unit(unit: Unit, d: Decision, view: DecisionView, env: PolicyEnv, l
                    kept_card_ids=out.kept_card_ids, n_candidates=len(out.candidate_ids),
                    key_in_candidates=[k for k in d.history_key_ids if k in set(out.candidate_ids)],
                    confuser=(any(holds_any(text.get(c, ""), confusers) for c in kept) if confusers else None),
-                   **prompt_values(out.messages, d, confusers),
+                   **prompt_values(out.messages, d.history_values(), d.turn_text(), confusers),
                    prompt_hash=hit["hash"])
     except Exception as e:  # noqa: BLE001 - one failing policy/decision must not stop the run
         logger.warning("%s@%s failed on %s: %s: %s", unit.name, unit.key, d.decision_id, type(e).__name__, e)

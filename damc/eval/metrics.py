@@ -255,3 +255,17 @@ def history_keys(r: dict[str, Any]) -> list[str]:
 def _p(records: Sequence[dict[str, Any]], key: str, q: float) -> float:
     xs = [r[key] for r in records if r.get(key) is not None]
     return float(np.percentile(xs, q)) if xs else float("nan")
+
+
+def prompt_values(messages: list[dict[str, Any]], need: Sequence[str], turn: str,
+                  confusers: Sequence[str]) -> dict[str, Any]:
+    """What the prompt itself holds (every message but the system prompt, as the LLM reads it — compressed lines,
+    not the cards behind them): `value_recall`, the share of `need` (the gold's history-only values) in it (None
+    when there are none), and `prompt_confuser`, whether it holds one of `confusers` (distractor values) that the
+    current `turn` text does not (None when there are none)."""
+    from damc.eval.policies import holds_any   # policies builds on the runtime; metrics stays import-light
+
+    text = json.dumps([m for m in messages if m.get("role") != "system"], ensure_ascii=False)
+    conf = [v for v in confusers if not holds_any(turn, [v])]
+    return {"value_recall": (sum(holds_any(text, [v]) for v in need) / len(need)) if need else None,
+            "prompt_confuser": holds_any(text, conf) if conf else None}
