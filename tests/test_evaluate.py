@@ -285,12 +285,13 @@ def test_field_lines_carry_the_values_the_template_drops_into_the_prompt(tmp_pat
     """render=fields through the runtime on real τ²-bench retail episodes (selection only): the oracle's prompt
     holds every history-only value of the gold, the template's loses some; the prompt-level metrics are recorded
     per decision and aggregated, and the results table shows them."""
-    from damc.eval.harness import main
+    from damc.eval.renders import compare
 
     out = tmp_path / "fields"
-    res = main(_compose("evaluate", "data.path=data/samples/tau2_retail_sample.jsonl", f"out_dir={out}",
-                        "progress=false", "n_boot=50", "score=false", "policies=[window,oracle]", "budgets=[2048]",
-                        "render=[template,fields]", "data.tool_calls_only=true"))
+    printed = compare(out, ["data.path=data/samples/tau2_retail_sample.jsonl", "progress=false", "n_boot=50",
+                            "score=false", "policies=[window,oracle]", "budgets=[2048]", "data.tool_calls_only=true"])
+    assert (out / "renders.md").read_text() == printed + "\n"
+    res = json.loads((out / "results.json").read_text())
     recs = _records(out)
     vr = [r for r in recs if r["value_recall"] is not None]
     assert vr and all(0.0 <= r["value_recall"] <= 1.0 for r in vr)

@@ -84,13 +84,14 @@ def compare(out_dir: Path, overrides: list[str]) -> str:
     """Run the harness with both renderings into `out_dir` and return (and write `renders.md`) the table."""
     from hydra import compose, initialize_config_module
 
+    from damc.data.episodes import atomic_write_text
     from damc.eval.harness import main
 
     with initialize_config_module("damc.configs", version_base="1.3"):
         cfg = compose("evaluate", overrides=[*overrides, f"render=[template,{RENDER}]", f"out_dir={out_dir}"])
     main(cfg)
     text = table(out_dir)
-    (out_dir / "renders.md").write_text(text + "\n")
+    atomic_write_text(out_dir / "renders.md", text + "\n")
     return text
 
 
