@@ -75,6 +75,16 @@ def test_tables_show_each_policy_budget_the_front_and_operating_points():
     assert text.startswith("### synthetic") and table in text
     assert "| damc | 512/k4 | 0.75 (+0.45 [" in text and "Pareto front" in text
     assert "`damc@512/k4`" in text and "`oracle@" not in text.split("Pareto front")[1].splitlines()[0]
+    # the operating-point table carries the prompt-level metrics when the records have them, "–" when not
+    assert "| all values | prompt confuser |" in text
+    assert next(ln for ln in text.splitlines() if ln.startswith("| damc | 512/k4 |")).endswith("| – | – |")
+    recs = [dict(r, value_recall=1.0 if i < 15 else 0.5, prompt_confuser=i < 2)
+            for i, r in enumerate(_records("damc", 512, 16, 550, key_hits=19, confusers=4))]
+    recs += _records("window", 512, 6, 1000)
+    res2 = aggregate(recs, [f"d{i}" for i in range(N)], ["window", "damc"], {"decision_llm": "x"}, n_boot=50)
+    row = next(ln for ln in report({"t": res2}, operating={"t": {"damc": "512"}}).splitlines()
+               if ln.startswith("| damc | 512 |"))
+    assert row.endswith("| 0.75 | 0.10 |")   # 15 of 20 with every value; 2 of 20 with a look-alike in the prompt
 
 
 def test_load_results_errors(tmp_path):

@@ -152,8 +152,8 @@ def operating_table(results: dict[str, Any], operating: dict[str, str]) -> str:
     """Markdown: each policy at the operating point chosen on dev (`damc.eval.results.operating_points`)."""
     n_key = max((e.get("n_key_decisions", 0) for e in results["policies"].values()), default=0)
     rows = ["| policy | setting (chosen on dev) | accuracy (Δ vs window [95 % CI]) | where memory matters "
-            f"({n_key} decisions): accuracy (Δ) | prompt tokens | key hit | candidate recall | confuser rate |",
-            "|---|---|---|---|---:|---:|---:|---:|"]
+            f"({n_key} decisions): accuracy (Δ) | prompt tokens | key hit | candidate recall | confuser rate "
+            "| all values | prompt confuser |", "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for name, setting in operating.items():
         e = results["policies"].get(f"{name}@{setting}")
         if e is None:
@@ -162,7 +162,8 @@ def operating_table(results: dict[str, Any], operating: dict[str, str]) -> str:
         key = f"{e['accuracy_key_decisions']:.2f}{_delta(p.get('key_decisions'))}" if _ok(
             e.get("accuracy_key_decisions")) else "–"
         cells = [f"{e['accuracy']:.2f}{_delta(p)}", key, f"{e['prompt_tokens']:.0f}"] + [
-            f"{e[k]:.2f}" if _ok(e.get(k)) else "–" for k in ("key_hit", "candidate_recall", "confuser_rate")]
+            f"{e[k]:.2f}" if _ok(e.get(k)) else "–"
+            for k in ("key_hit", "candidate_recall", "confuser_rate", "all_values", "prompt_confuser_rate")]
         rows.append(f"| {name} | {setting} | " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
 
