@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from damc.cards import Card, critical_atoms
 
@@ -163,23 +163,25 @@ def _text_with_atoms(text: str, n: int) -> tuple[str, list[str]]:
     return (clipped + (" (" + ", ".join(missing) + ")" if missing else "")), missing
 
 
-def template_compress(card: Card, cfg: TemplateConfig | None = None) -> str:
-    """One faithful line for a card (no `[card_id]` tag; see `Compressed.line`)."""
+def template_compress(card: Card, cfg: TemplateConfig | None = None,
+                      summarize: Callable[[Any], str] | None = None) -> str:
+    """One faithful line for a card (no `[card_id]` tag; see `Compressed.line`). `summarize`: how a successful
+    tool result is written (default: `summarize_result`'s summary; `field_compress` passes `summarize_fields`)."""
     cfg = cfg or TemplateConfig()
-    line = _template_line(card, cfg)
+    line = _template_line(card, cfg, summarize or (lambda result: summarize_result(result, cfg)[0]))
     extra = [a for a in card.meta.get("atoms", []) if a not in line] if card.meta else []
     # a merged card (`DecisionAwareMemory.merge_similar`) keeps every atom of the cards it replaced
     return line + (" (also: " + ", ".join(extra) + ")" if extra else "")
 
 
-def _template_line(card: Card, cfg: TemplateConfig) -> str:
+def _template_line(card: Card, cfg: TemplateConfig, summarize: Callable[[Any], str]) -> str:
     if card.tool_name:
         call = f"{card.tool_name}({render_args(card.arguments, cfg)})"
         if card.status is None and card.result is None:
             return f"{PENDING_MARK} {call} → (no result yet)"
         if card.is_error:
             return f"{ERR_MARK} {call} failed: {_error_text(card, cfg)}"
-        summary, _ = summarize_result(card.result, cfg)
+        summary = summarize(card.result)
         return f"{OK_MARK} {call} → {summary}" if summary else f"{OK_MARK} {call}"
     limit = cfg.user_chars if card.kind == "user" else cfg.assistant_chars
     text, _ = _text_with_atoms(card.raw_text, limit)
@@ -393,11 +395,4 @@ def field_compress(card: Card, query: str | None = None, cfg: FieldConfig | None
     """The field-level line of a card: like `template_compress`, but a successful tool result is summarised by
     `summarize_fields` (every id kept, other fields chosen by the decision query). Other cards: the template."""
     cfg = cfg or FieldConfig()
-    tcfg = cfg.template or TemplateConfig()
-    if not card.tool_name or card.is_error or (card.status is None and card.result is None):
-        return template_compress(card, tcfg)
-    call = f"{card.tool_name}({render_args(card.arguments, tcfg)})"
-    summary = summarize_fields(card.result, query, cfg)
-    line = f"{OK_MARK} {call} → {summary}" if summary else f"{OK_MARK} {call}"
-    extra = [a for a in card.meta.get("atoms", []) if a not in line] if card.meta else []
-    return line + (" (also: " + ", ".join(extra) + ")" if extra else "")
+    return template_compress(card, cfg.template, summarize=lambda result: summarize_fields(result, query, cfg))

@@ -17,14 +17,6 @@ import sys
 from pathlib import Path
 
 
-def _records(out: Path) -> dict[tuple[str, str], dict]:
-    """(policy@setting, decision_id) → record of the harness's log (torn lines and repeats handled by RecordLog)."""
-    from damc.eval.records import RecordLog
-
-    rows = RecordLog(out / "records.jsonl").records.values()
-    return {(r["policy"] + "@" + r["setting"], r["decision_id"]): r for r in rows if not r.get("failed")}
-
-
 def compare(out_dir: Path, overrides: list[str]) -> str:
     from hydra import compose, initialize_config_module
 
@@ -44,9 +36,10 @@ def pooled(out_dirs: list[Path], head: str | None = None, digits: int = 3) -> st
     """Per policy@setting, both accuracies and the paired difference message − system over the decisions of the
     finished A/Bs in `out_dirs` together (cluster bootstrap; clusters: dataset × episode). A policy only one of
     the placements evaluated (an earlier run's records in the same dir) is left out."""
+    from damc.eval.records import records_by_key
     from damc.eval.stats import paired_bootstrap
 
-    runs = [(d.name, _records(d / "message"), _records(d / "system")) for d in out_dirs]
+    runs = [(d.name, records_by_key(d / "message"), records_by_key(d / "system")) for d in out_dirs]
     keys = sorted({k for _, m, _ in runs for k, _ in m})
     head = head or f"pooled: {', '.join(n for n, _, _ in runs)}"
     lines = [f"| {head} | n | accuracy, message | accuracy, system | message − system [95 % CI] |",

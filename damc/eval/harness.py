@@ -28,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -161,14 +162,16 @@ class Decision:
         ids = {c.card_id for c in self.cards}
         return [k for k in self.dp.key_card_ids if k in ids]
 
+    @functools.cached_property
     def turn_text(self) -> str:
         """The current user turn up to the decision, as JSON text (every policy's prompt holds it verbatim)."""
         return json.dumps(self.dp.current_turn, ensure_ascii=False)
 
+    @functools.cached_property
     def history_values(self) -> list[str]:
         """The gold's argument values that only the history holds: in a card before the current user turn and
         not in the turn itself — what memory has to carry into the prompt for the decision to be answerable."""
-        turn = self.turn_text()
+        turn = self.turn_text
         raw = "\n".join(c.raw_text for c in self.cards)
         return [v for v in gold_values(self.dp.gold) if holds_any(raw, [v]) and not holds_any(turn, [v])]
 
@@ -350,7 +353,7 @@ def evaluate_unit(unit: Unit, d: Decision, view: DecisionView, env: PolicyEnv, l
                    kept_card_ids=out.kept_card_ids, n_candidates=len(out.candidate_ids),
                    key_in_candidates=[k for k in d.history_key_ids if k in set(out.candidate_ids)],
                    confuser=(any(holds_any(text.get(c, ""), confusers) for c in kept) if confusers else None),
-                   **prompt_values(out.messages, d.history_values(), d.turn_text(), confusers),
+                   **prompt_values(out.messages, d.history_values, d.turn_text, confusers),
                    prompt_hash=hit["hash"])
     except Exception as e:  # noqa: BLE001 - one failing policy/decision must not stop the run
         logger.warning("%s@%s failed on %s: %s: %s", unit.name, unit.key, d.decision_id, type(e).__name__, e)

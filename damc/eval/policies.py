@@ -53,7 +53,7 @@ from damc.cards import encode_messages
 from damc.data.episodes import DecisionPoint, call_arguments, iter_scalars
 from damc.prompting import build_decision_messages, message_to_chat
 from damc.runtime.assemble import split_conversation
-from damc.runtime.compress import Compressor, FieldCompressor, RawCompressor, TemplateCompressor
+from damc.runtime.compress import COMPRESSORS, Compressor
 from damc.runtime.select import Selector, Threshold, TopK
 from damc.eval.policy_base import (MESSAGE_OVERHEAD_TOKENS, RENDERS, DecisionView, GoldView, Policy, PolicyEnv,
                                    PolicyOutput, Setting)
@@ -202,7 +202,7 @@ class CardPolicy(Policy):
     def compressor(setting: Setting) -> Compressor:
         if setting.render not in RENDERS:
             raise ValueError(f"render must be one of {RENDERS}, got {setting.render!r}")
-        return {"raw": RawCompressor, "fields": FieldCompressor}.get(setting.render, TemplateCompressor)()
+        return COMPRESSORS[setting.render]()
 
     def build(self, view, setting, env, *, memory=None, valuer=None):
         if memory is None or valuer is None:

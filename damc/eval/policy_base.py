@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from damc.data.episodes import DecisionPoint
+from damc.runtime.compress import COMPRESSORS
 from damc.runtime.store import parse_time
 from damc.runtime.valuers import Valuer
 
 MESSAGE_OVERHEAD_TOKENS = 4   # chat-template tokens around each history message (role markers, separators)
-RENDERS = ("template", "fields", "raw")
+RENDERS = tuple(COMPRESSORS)   # template | fields | raw: the runtime's compressors
 
 
 # ----------------------------------------------------------------------------- what a policy sees

@@ -52,6 +52,13 @@ class RecordLog:
         self.records[self.key(record["policy"], record["setting"], record["decision_id"])] = record
 
 
+def records_by_key(out_dir: str | os.PathLike) -> dict[tuple[str, str], dict[str, Any]]:
+    """(policy@setting, decision_id) → the successful records of a harness run's `records.jsonl` (torn lines and
+    repeats handled by `RecordLog`): what the paired A/B scripts compare."""
+    rows = RecordLog(Path(out_dir) / "records.jsonl").records.values()
+    return {(r["policy"] + "@" + r["setting"], r["decision_id"]): r for r in rows if not r.get("failed")}
+
+
 def file_digest(path: str | os.PathLike | None) -> str | None:
     """SHA-256 of a file, or of a directory's files (names and contents, sorted); None for no path."""
     if not path:

@@ -21,17 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from damc.eval.records import records_by_key
 from damc.eval.stats import paired_bootstrap
 
 RENDER = "fields"
-
-
-def _records(out: Path) -> dict[tuple[str, str], dict[str, Any]]:
-    """(policy@setting, decision_id) → the successful records of a harness run (torn lines, repeats handled)."""
-    from damc.eval.records import RecordLog
-
-    rows = RecordLog(out / "records.jsonl").records.values()
-    return {(r["policy"] + "@" + r["setting"], r["decision_id"]): r for r in rows if not r.get("failed")}
 
 
 def _mean(xs: list[Any], nd: int = 2) -> str:
@@ -48,7 +41,7 @@ def _delta(a: list[float], b: list[float], clusters: list[str]) -> str:
 
 def table(out: Path) -> str:
     """The Markdown table of one finished run with both renderings (see the module docstring)."""
-    recs = _records(out)
+    recs = records_by_key(out)
     keys = sorted({k for k, _ in recs if not k.endswith("/" + RENDER)})
     head = ("| policy@setting | n | accuracy: template → fields (Δ [95 % CI]) | where memory matters: n, template → "
             "fields (Δ) | prompt tokens | value recall (n) | all values | prompt confuser |")
