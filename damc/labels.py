@@ -14,7 +14,8 @@ Columns (DESIGN.md "Label row" plus extras): `LABEL_COLUMNS` (required) and `EXT
 `delta = (logp_full − logp_without) / n_action_tokens` in **nats per action token** (signed), where `logp_full` is
 the action's total log-prob in the estimator's context *with* the card (leave-one-out: every candidate;
 leave-one-in: the card alone) and `logp_without` the total *without* it. `card_text` is what the student reads
-(`damc.query.render_card`: the template line with kind and age), `teacher_text` the line the teacher saw, and
+(`damc.query.render_card`: the template line with kind and age, or the `fields` line when `card_render` is
+"fields" — labels made with `render=fields`; absent/null means "template"), `teacher_text` the line the teacher saw, and
 `feat_*` the runtime's signals at that decision (the learned combiner's inputs besides the student).
 
 Example:
@@ -34,7 +35,7 @@ from typing import Any, Sequence
 LABEL_COLUMNS = ("decision_id", "episode_id", "card_id", "decision_text", "card_text", "logp_full",
                  "logp_without", "delta", "estimator", "teacher", "n_action_tokens")
 EXTRA_COLUMNS = ("decision_index", "card_position", "card_kind", "is_key", "render_version", "teacher_text", "card_age",
-                 "feat_bm25", "feat_cosine", "feat_pinned")
+                 "feat_bm25", "feat_cosine", "feat_pinned", "card_render")
 
 
 class LabelFormatError(ValueError):
@@ -52,7 +53,7 @@ def label_schema() -> Any:
     types = {"decision_id": s, "episode_id": s, "card_id": s, "decision_text": s, "card_text": s,
              "logp_full": f, "logp_without": f, "delta": f, "estimator": s, "teacher": s, "n_action_tokens": i,
              "decision_index": i, "card_position": i, "card_kind": s, "is_key": b, "render_version": s,
-             "teacher_text": s, "card_age": i, "feat_bm25": f, "feat_cosine": f, "feat_pinned": f}
+             "teacher_text": s, "card_age": i, "feat_bm25": f, "feat_cosine": f, "feat_pinned": f, "card_render": s}
     return pa.schema([(c, types[c]) for c in LABEL_COLUMNS + EXTRA_COLUMNS])
 
 

@@ -15,6 +15,11 @@ runtime sets it on each candidate (`card.meta["age"]`), and the teacher's labels
 Training and inference must use the same renderings, so `RENDER_VERSION` is written into every exported
 scorer (`damc_scorer.json`) and checked on load. Both renderings are domain-agnostic.
 
+A card can also be rendered as the runtime's `fields` compressor writes it (`render_card(card, render="fields",
+query=q)`: every id of a tool result kept, other fields chosen by the decision query), for a scorer distilled from a
+teacher that read `fields` lines (`scripts/label.py render=fields`); such a scorer records `card_render: fields` in
+`damc_scorer.json` and `CardScorer` renders its cards that way.
+
 `card_document` is the fuller text retrieval embeds and BM25 matches (kind, call, status, raw payload); it
 does not depend on the decision, so an index can embed it once at ingest.
 
@@ -40,6 +45,7 @@ QUERY_USER_CHARS = 400     # latest user message, truncated
 QUERY_TURN_CHARS = 160     # each recent message after it, truncated
 QUERY_RECENT = 3           # how many recent messages after the latest user message
 CARD_CHARS = 480           # card rendering, truncated (the cross-encoder sees ≤ 256 tokens anyway)
+CARD_RENDERS = ("template", "fields")   # how a card's line is written: the runtime compressor of that name
 
 
 def tool_names(tools: list[dict[str, Any]] | None) -> list[str]:
@@ -93,10 +99,18 @@ def card_age(card: Card) -> int | None:
     return int(age) if isinstance(age, (int, float)) else None
 
 
-def render_card(card: Card, max_chars: int = CARD_CHARS) -> str:
-    """The scorer's text for one card: `[kind · N messages ago] <template line>` (no age when unknown)."""
+def render_card(card: Card, max_chars: int = CARD_CHARS, render: str = "template", query: str | None = None) -> str:
+    """The scorer's text for one card: `[kind · N messages ago] <line>` (no age when unknown), the line written as
+    the runtime compressor `render` writes it (`CARD_RENDERS`; `fields` chooses a result's fields by `query`, the
+    decision query)."""
     age = card_age(card)
     head = f"[{card.kind} · {age} messages ago]" if age is not None else f"[{card.kind}]"
+    if render == "fields":
+        from damc.templates import field_compress
+
+        return _clip(f"{head} {field_compress(card, query)}", max_chars)
+    if render != "template":
+        raise ValueError(f"card render must be one of {list(CARD_RENDERS)}, got {render!r}")
     return _clip(f"{head} {template_compress(card)}", max_chars)
 
 

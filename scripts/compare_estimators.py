@@ -1,7 +1,8 @@
 """Compare teacher estimators (and teachers) on the same decisions: key-card hit@1/@3, agreement, cost.
 
     python scripts/compare_estimators.py EPISODES.jsonl [--estimators loo loi loo_loi grouped_loo ablation]
-        [--teacher smollm2-135m] [--decisions 40] [--seed 0] [--json OUT.json] [--against OTHER.json:loi]
+        [--teacher smollm2-135m] [--render template|fields] [--decisions 40] [--seed 0] [--json OUT.json]
+        [--against OTHER.json:loi]
     python scripts/compare_estimators.py --labels LABELS     # hit@1 / hit@3 of an existing label set
 
 Each decision's candidates are the runtime's (the labels' candidate set); prints the Markdown tables of
@@ -22,6 +23,8 @@ def cli() -> None:
     p.add_argument("--labels", default=None, help="report the key-card hit rates of this label set instead")
     p.add_argument("--estimators", nargs="+", default=["loo", "loi", "loo_loi", "grouped_loo", "ablation"])
     p.add_argument("--teacher", default="smollm2-135m", help="teacher model (registry name, HF id or path)")
+    p.add_argument("--render", default="template", choices=["template", "fields"],
+                   help="how the teacher reads each card: the runtime's template lines or its `fields` lines")
     p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16")
     p.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass")
     p.add_argument("--decisions", type=int, default=40, help="seeded sample of decisions with key cards")
@@ -46,7 +49,7 @@ def cli() -> None:
     except (FileNotFoundError, ValueError) as e:
         sys.exit(f"compare_estimators: error: {e}")
     res = compare(episodes, HFTeacher(a.teacher, dtype=a.dtype, batch_size=a.batch_size), a.estimators,
-                  a.decisions, a.seed, checkpoint=f"{a.json}.partial.jsonl" if a.json else None)
+                  a.decisions, a.seed, checkpoint=f"{a.json}.partial.jsonl" if a.json else None, render=a.render)
     print(markdown(res))
     if a.against:
         path, _, est = a.against.rpartition(":")

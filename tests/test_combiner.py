@@ -196,11 +196,14 @@ def test_max_scored_cross_encodes_only_the_cheap_signals_best_and_ranks_the_rest
     np.testing.assert_allclose(v[:3], full[:3], rtol=1e-6)  # cross-encoded cards: exactly the full path's values
     assert v[3:].max() < v[:3].min()                         # never outranking a card the student read
     assert v[3] > v[4] > v[5]                                # the rest keep the cheap prior's order
+    _, notes = ScorerValuer(rec, max_scored=3).value_with_notes(query, cards)
+    assert notes == [None] * 3 + ["not_cross_encoded"] * 3     # the cards the student never read, named
     # at or above the candidate count, and at 0, every card is scored: the full path, bit for bit
     rec.seen = []
     np.testing.assert_array_equal(ScorerValuer(rec, max_scored=6).value(query, cards), full)
     np.testing.assert_array_equal(ScorerValuer(rec, max_scored=0).value(query, cards), full)
-    assert rec.seen == [[c.card_id for c in cards]] * 2
+    assert rec.seen[:2] == [[c.card_id for c in cards]] * 2
+    assert ScorerValuer(rec, max_scored=0).value_with_notes(query, cards)[1] == [None] * 6
     with pytest.raises(ValueError, match="max_scored"):
         ScorerValuer(rec, max_scored=-1)
 

@@ -242,10 +242,15 @@ def test_cached_valuer_ttl_and_content_hash():
     assert Counting.n == 10
     changed = Card.from_dict({**cards[0].to_dict(), "raw_text": "different text"})
     v.value("q", [changed] + cards[1:])
-    assert Counting.n == 11                                 # only the edited card is recomputed
+    assert Counting.n == 15                                 # another candidate list: valued afresh
+    # a card's value depends on the other candidates (recency is a rank among them): a subset is never served
+    # the values computed beside the full list
+    sub = v.value("q", cards[:2])
+    np.testing.assert_allclose(sub, HeuristicValuer().value("q", cards[:2]))
+    assert not np.allclose(sub, a[:2]) and Counting.n == 17
     clock[0] = 61.0
     v.value("q", cards)
-    assert Counting.n == 16                                 # expired
+    assert Counting.n == 22                                 # expired
 
 
 def test_scorer_knn_and_hybrid_valuers():

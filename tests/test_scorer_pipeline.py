@@ -401,4 +401,52 @@ def test_the_runtime_cross_encodes_only_max_scored_candidates_with_a_real_scorer
     assert len(value) == ctx.n_candidates and all(np.isfinite(v) for v in value.values())
     read, unread = [value[c] for c in seen[0]], [v for c, v in value.items() if c not in seen[0]]
     assert max(unread) < min(read)                                  # never outranking a card the student read
+    # the context and explain() say which candidates the student never read
+    notes = {s.card_id: s.note for s in ctx.selected} | {d.card_id: d.note for d in ctx.dropped}
+    assert {c for c, n in notes.items() if n == "not_cross_encoded"} == set(value) - set(seen[0])
+    assert all(notes[c] is None for c in seen[0])
+    exp = mem.explain(ctx)
+    assert sorted(exp.not_cross_encoded) == sorted(set(value) - set(seen[0]))
+    text = str(exp)
+    assert f"{ctx.n_candidates - 5} of {ctx.n_candidates} candidates marked [nce]" in text
+    assert text.count("[nce]") == ctx.n_candidates - 5 + 1          # one per unread card, plus the legend
     mem.close()
+
+
+def test_a_fields_scorer_reads_its_cards_as_fields_lines(scorer_dir, tmp_path):
+    """`card_render: fields` in damc_scorer.json (a student of `render=fields` labels): `CardScorer` renders each
+    Card as the `fields` line under the decision query; an unknown rendering is refused; labels mixing renderings
+    are refused at training."""
+    import shutil
+
+    from damc.query import query_body
+    from damc.scorer import CardScorer, IncompatibleScorerError
+    from damc.scorer.train import main as train_main
+
+    assert json.loads((scorer_dir / "damc_scorer.json").read_text())["card_render"] == "template"
+    result = json.dumps({"order_id": "88412", "status": "delivered", "items": [
+        {"item_id": "1001", "name": "kettle", "price": 30.0}, {"item_id": "1002", "name": "lamp", "price": 12.5}]})
+    card = Card("ep:3:0", "ep", 3, "tool", "tool_result", f"get_order(order_id=88412) -> {result}",
+                tool_name="get_order", arguments={"order_id": "88412"}, result=json.loads(result), status="ok")
+    query = "user: return the lamp from order 88412"
+    fields = tmp_path / "fields"
+    shutil.copytree(scorer_dir, fields)
+    meta = json.loads((fields / "damc_scorer.json").read_text())
+    (fields / "damc_scorer.json").write_text(json.dumps({**meta, "card_render": "fields"}))
+    s = CardScorer.from_pretrained(fields)
+    want = render_card(card, render="fields", query=query)
+    assert want != render_card(card) and "1002" in want
+    assert s.score(query, [card])[0] == pytest.approx(s.predict([(query_body(query), want)])[0], abs=1e-5)
+    (fields / "damc_scorer.json").write_text(json.dumps({**meta, "card_render": "raw"}))
+    with pytest.raises(IncompatibleScorerError, match="card_render 'raw'"):
+        CardScorer.from_pretrained(fields)
+    with pytest.raises(ValueError, match="card render must be one of"):
+        render_card(card, render="raw")
+    rows = [json.loads(x) for x in LABELS.read_text().splitlines()]
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("".join(json.dumps({**r, "card_render": "fields" if i % 2 else "template"}) + "\n"
+                             for i, r in enumerate(rows)))
+    from damc.labels import LabelFormatError
+
+    with pytest.raises(LabelFormatError, match="mix card renderings"):
+        train_main(_train_cfg(tmp_path / "run", f"data.labels={mixed}"))

@@ -216,3 +216,18 @@ def test_bf16_log_probs_do_not_depend_on_what_ran_before():
     warm = t.score_rows([second])[0][0]           # reuses the two whole blocks it shares with `first`
     assert t._base_tokens_run == len(second[0]) - 2 * t.prefix_block
     np.testing.assert_array_equal(warm, cold)
+
+
+def test_fields_render_gives_the_fields_lines_and_the_same_prompt_algebra(teacher32):
+    """`ContextConfig(render="fields")`: each line is the runtime's `fields` line under the decision query; subsets
+    still concatenate to the prompt with those cards; an unknown render is a clear error."""
+    from damc.teacher.context import ContextConfig, decision_query
+
+    dp = last_decision(small_episode())
+    ctx = build_context(teacher32, dp, None, ContextConfig(render="fields"))
+    assert ctx.lines == [memory_line(c, "fields", decision_query(dp)) for c in ctx.cards]
+    assert ctx.lines != [memory_line(c) for c in ctx.cards]          # some tool result reads differently
+    for keep in ([0], list(range(len(ctx.cards)))):
+        assert "".join(ctx.segments(keep=keep)) == format_prompt(teacher32.tokenizer, ctx.messages(keep))
+    with pytest.raises(ValueError, match="teacher render must be one of"):
+        LeaveOneIn(render="raw")

@@ -187,3 +187,42 @@ def test_labels_are_the_runtime_candidates_in_the_runtime_rendering(episodes_fil
             assert f"{r.card_age} messages ago" in r.card_text
         checked += 1
     assert checked >= 2
+
+
+def test_fields_labels_are_the_lines_of_a_fields_memory(episodes_file, tmp_path):
+    """`render=fields`: the teacher reads each candidate as a `compressor="fields"` memory writes it (its decision
+    query chooses the fields), the rows store those lines, and a template run's out_dir refuses the other render."""
+    from damc.data.episodes import load_episodes
+    from damc.models import load_tokenizer
+    from damc.runtime.config import MemoryConfig
+    from damc.runtime.memory import DecisionAwareMemory
+    from damc.teacher.context import ContextConfig, build_context, memory_line
+
+    main(cfg_for(episodes_file, tmp_path / "labels", "max_decisions=null", "data.tool_calls_only=true",
+                 "render=fields"))
+    df = load_labels(tmp_path / "labels").to_pandas()
+    assert json.loads((tmp_path / "labels" / "label_config.json").read_text())["render"] == "fields"
+    ep = load_episodes(episodes_file)[0]
+    tok = load_tokenizer("smollm2-135m")
+    memory = DecisionAwareMemory(None, tokenizer=tok, session_id=ep.episode_id,
+                                 config=MemoryConfig(compressor="fields"))
+    differs = checked = 0
+    for dp in decision_points(ep, tool_calls_only=True):
+        rows = df[df.decision_id == dp.decision_id]
+        if rows.empty:
+            continue
+        ctx = memory.build_context(dp.context, ep.tools, budget_tokens=10**6)
+        lines = {s.card_id: s.line for s in ctx.selected}
+        by_id = {s.card_id: s.card for s in ctx.selected}
+        prompt = "".join(build_context(tok, dp, [by_id[i] for i in rows.card_id], ContextConfig(render="fields"))
+                         .segments())
+        for r in rows.itertuples():
+            assert r.teacher_text == lines[r.card_id] and r.teacher_text in prompt   # the runtime's fields line
+            differs += r.teacher_text != memory_line(by_id[r.card_id])              # not the template line
+        checked += 1
+    assert checked >= 2 and differs >= 1
+    with pytest.raises(ValueError, match="other settings"):
+        main(cfg_for(episodes_file, tmp_path / "labels", "max_decisions=null", "data.tool_calls_only=true"))
+    with pytest.raises(ValueError, match="teacher render must be one of"):
+        main(cfg_for(episodes_file, tmp_path / "other", "render=raw"))
+    assert not (tmp_path / "other").exists()                                      # refused before writing

@@ -32,6 +32,8 @@ class SelectedCard:
         source: "template" or "llm".
         retrieved_by: why it was a candidate ("similar", "recent", "pinned").
         card: the raw card.
+        note: how the valuer valued it, when not fully (`damc.runtime.valuers.NOT_CROSS_ENCODED`: a cascade left it
+            below its `max_scored`, so the student never read it); None otherwise.
     """
 
     card_id: str
@@ -44,11 +46,12 @@ class SelectedCard:
     source: str
     retrieved_by: list[str]
     card: Card | None = None
+    note: str | None = None
 
 
 @dataclass
 class DroppedCard:
-    """A candidate that did not make it, and why ("budget", "below_threshold", "rank")."""
+    """A candidate that did not make it, and why ("budget", "below_threshold", "rank"); `note` as `SelectedCard`'s."""
 
     card_id: str
     value: float
@@ -57,6 +60,7 @@ class DroppedCard:
     raw_tokens: int
     reason: str
     retrieved_by: list[str]
+    note: str | None = None
 
 
 @dataclass

@@ -19,6 +19,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from damc.runtime.valuers.base import NOT_CROSS_ENCODED
+
 logger = logging.getLogger(__name__)
 
 REASONS = {
@@ -26,6 +28,9 @@ REASONS = {
     "below_threshold": "value below the selector's threshold",
     "rank": "beyond the selector's top-k",
     "not_retrieved": "not among the candidates (not similar, recent or pinned)",
+}
+NOTES = {   # `SelectedCard.note` / `DroppedCard.note`: how a candidate was valued, when not fully
+    NOT_CROSS_ENCODED: "not cross-encoded: below the cascade's `max_scored` by BM25 + cosine, valued from them alone",
 }
 
 
@@ -60,6 +65,11 @@ class Explanation:
     def tokens_saved(self) -> int:
         return self.data["tokens_before"] - self.data["tokens_after"]
 
+    @property
+    def not_cross_encoded(self) -> list[str]:
+        """Candidates (kept or dropped) the scorer never read: a cascade valued them from BM25 + cosine alone."""
+        return [c["card_id"] for c in self.kept + self.dropped if c.get("note") == NOT_CROSS_ENCODED]
+
     def reasons(self) -> dict[str, int]:
         """How many cards were dropped for each reason (including "not_retrieved")."""
         out: dict[str, int] = {}
@@ -82,20 +92,30 @@ class Explanation:
             f"{d['memory_tokens']:,} / budget {d['budget_tokens']:,}",
             "timings (ms): " + ", ".join(f"{k} {v:.1f}" for k, v in d["timings_ms"].items()),
             f"valuer {d.get('valuer', '?')}, selector {d.get('selector', '?')}",
+        ]
+        if self.not_cross_encoded:
+            lines.append(f"{len(self.not_cross_encoded)} of {d['n_candidates']} candidates marked [nce]: "
+                         f"{NOTES[NOT_CROSS_ENCODED]}")
+        lines += [
             "",
             "KEPT (prompt order)        value  score  tokens(raw)  via",
         ]
         for s in self.kept:
             lines.append(f"  {s['card_id']:<24} {s['value']:5.2f}  {s['score']:5.2f}  {s['tokens']:>4}({s['raw_tokens']:>4})"
-                         f"  {'+'.join(s['retrieved_by'])}{'  [llm]' if s.get('source') == 'llm' else ''}")
+                         f"  {'+'.join(s['retrieved_by'])}{'  [llm]' if s.get('source') == 'llm' else ''}"
+                         f"{_mark(s)}")
             lines.append(f"      {s['text']}")
         lines += ["", "DROPPED (best first)       value  score  tokens  why"]
         for x in self.dropped:
             lines.append(f"  {x['card_id']:<24} {x['value']:5.2f}  {x['score']:5.2f}  {x['tokens']:>6}  "
-                         f"{REASONS.get(x['reason'], x['reason'])} (via {'+'.join(x['retrieved_by'])})")
+                         f"{REASONS.get(x['reason'], x['reason'])} (via {'+'.join(x['retrieved_by'])}){_mark(x)}")
         if self.not_retrieved:
             lines.append(f"  ... and {self.not_retrieved} hot cards {REASONS['not_retrieved']}")
         return "\n".join(lines)
+
+
+def _mark(card: dict[str, Any]) -> str:
+    return "  [nce]" if card.get("note") == NOT_CROSS_ENCODED else ""
 
 
 def explain_episode(path: str, index: int | None = None, episode_id: str | None = None, *,

@@ -340,11 +340,17 @@ class DecisionAwareMemory:
 
         t = time.perf_counter()
         valuer.bind(self)
-        values = valuer.value(query, cards, now) if cards else np.zeros(0, dtype=np.float32)
+        notes: list[str | None] = [None] * len(cards)
+        if not cards:
+            values = np.zeros(0, dtype=np.float32)
+        elif hasattr(valuer, "value_with_notes"):
+            values, notes = valuer.value_with_notes(query, cards, now)
+        else:                                                              # a duck-typed valuer
+            values = valuer.value(query, cards, now)
         timings["value"] = (time.perf_counter() - t) * 1000
 
         ctx = self._pack(query, stored, cards, values, why, (system, tools, history, turn), budget_tokens, now,
-                         selector, compressor or self.compressor, timings)
+                         selector, compressor or self.compressor, timings, notes)
         ctx.session_id, ctx.user_id, ctx.agent_id = sid, scope.user_id, scope.agent_id
         ctx.n_hot = self.store.count("hot", scope)
         ctx.valuer = getattr(valuer, "name", type(valuer).__name__)
@@ -358,9 +364,11 @@ class DecisionAwareMemory:
 
     def _pack(self, query: str, stored: list[StoredCard], cards: list[Card], values: np.ndarray,
               why: dict[str, list[str]], parts: tuple, budget_tokens: int | None, now: float, selector: Selector,
-              compressor: Compressor, timings: dict[str, float]) -> Context:
+              compressor: Compressor, timings: dict[str, float],
+              notes: Sequence[str | None] | None = None) -> Context:
         """select → compress → assemble over valued candidates; `parts` = (system, tools, history, turn)."""
         system, tools, history, turn = parts
+        notes = list(notes) if notes is not None else [None] * len(cards)
         cfg = self.config
         t = time.perf_counter()
         base_tokens = self._prompt_tokens(assemble(system, tools, [], turn, placement=cfg.placement))
@@ -386,9 +394,9 @@ class DecisionAwareMemory:
 
         selected = [SelectedCard(cards[i].card_id, float(values[i]), float(sel.scores[i]), kept_tokens[j],
                                  cards[i].n_tokens, compressed[j].text, lines[j], compressed[j].source,
-                                 why[cards[i].card_id], cards[i]) for j, i in enumerate(kept)]
+                                 why[cards[i].card_id], cards[i], notes[i]) for j, i in enumerate(kept)]
         dropped = [DroppedCard(cards[i].card_id, float(values[i]), float(sel.scores[i]), line_tokens[i],
-                               cards[i].n_tokens, reason, why[cards[i].card_id])
+                               cards[i].n_tokens, reason, why[cards[i].card_id], notes[i])
                    for i, reason in sorted(sel.dropped.items(), key=lambda kv: -float(sel.scores[kv[0]]))]
         return Context(out_msgs, selected, dropped, query, budget, tokens_before, tokens_after, sum(kept_tokens),
                        timings, len(cards), 0, cfg.session_id, "", getattr(selector, "name", type(selector).__name__),

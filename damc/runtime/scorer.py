@@ -201,6 +201,11 @@ class CardScorer:
                 f"renders version {RENDER_VERSION!r}; retrain (or re-export) the scorer on labels rendered by "
                 f"this version (labels of version ≥ 2 are carried over without the teacher by "
                 f"scripts/rerender_labels.py), or pass check_render_version=False to score anyway")
+        from damc.query import CARD_RENDERS
+
+        if (meta.get("card_render") or "template") not in CARD_RENDERS:
+            raise IncompatibleScorerError(f"{path}: damc_scorer.json card_render {meta['card_render']!r} is not one "
+                                          f"of {list(CARD_RENDERS)} that this DAMC renders")
         kwargs = dict(batch_size=batch_size, max_batch_tokens=max_batch_tokens, path=str(path))
         if backend == "torch":
             model, tokenizer, dtype = _load_torch(path, dtype, device, num_threads)
@@ -331,7 +336,8 @@ class CardScorer:
             >>> scorer.score(query, cards).argmax()   # the most useful card
         """
         q = query_body(decision)
-        return self.predict([(q, card_text(c)) for c in cards], batch_size=batch_size)
+        render = self.metadata.get("card_render") or "template"
+        return self.predict([(q, card_text(c, render, decision)) for c in cards], batch_size=batch_size)
 
     def rank(self, decision: str, cards: Sequence[Any], top_k: int | None = None) -> list[dict[str, Any]]:
         """Cards sorted by score, best first: `[{"corpus_id", "score", "card_id"?}, ...]`.
@@ -373,13 +379,14 @@ def _load_combiner(path: str | os.PathLike | None) -> Any:
     return Combiner.load(f) if f.exists() else None
 
 
-def card_text(card: Any) -> str:
-    """The scorer's text of a card: `render_card` for `Card` objects, the string itself otherwise."""
+def card_text(card: Any, render: str = "template", query: str | None = None) -> str:
+    """The scorer's text of a card: `render_card` (as `render` writes it, by the decision `query`) for `Card`
+    objects, the string itself otherwise."""
     if isinstance(card, str):
         return card
     from damc.query import render_card
 
-    return render_card(card)
+    return render_card(card, render=render, query=query)
 
 
 def _inference_mode() -> Any:

@@ -196,6 +196,7 @@ def build_metadata(run_dir: Path) -> dict[str, Any]:
     metrics = json.loads((run_dir / "metrics.json").read_text()) if (run_dir / "metrics.json").exists() else {}
     keep = {k: metrics[k] for k in ("scorer", "cosine", "recency", "split", "n_decisions", "n_pairs") if k in metrics}
     return {"format_version": FORMAT_VERSION, "render_version": tm["render_version"],
+            "card_render": tm.get("card_render") or "template",
             "normalization": tm["normalization"], "max_length": tm["max_length"], "teacher": tm["teacher"],
             "estimators": tm.get("estimators"), "base_model": tm["base_model"],
             "kept_layers": tm.get("kept_layers"), "loss": tm.get("loss"), "threshold": tm.get("threshold"),

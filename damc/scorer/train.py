@@ -160,6 +160,7 @@ class _PreparedData:
     dev_ds: Any  # HF dataset of `dev`, or None without dev decisions
     teachers: list[str]  # distinct `teacher` values of the labels
     versions: list[str]  # distinct render versions of the labels (empty for labels without the column)
+    card_render: str = "template"  # how the labels' card_text is written (`card_render` column; null: template)
 
 
 @dataclass
@@ -209,7 +210,12 @@ def _prepare_data(cfg: Any) -> _PreparedData:
         logger.warning("labels were rendered with version(s) %s but this DAMC renders %s: the exported scorer will "
                        "be refused at load; carry the labels over first with scripts/rerender_labels.py LABELS "
                        "EPISODES OUT", versions, RENDER_VERSION)
-    return _PreparedData(ds, decisions, train_dec, dev_dec, norm, train_ds, dev_ds, teachers, versions)
+    renders = sorted({r or "template" for r in ds.unique("card_render")}) if "card_render" in ds.column_names \
+        else ["template"]
+    if len(renders) > 1:
+        raise LabelFormatError(f"{data.labels}: the labels mix card renderings {renders} (column card_render); "
+                               f"train on labels made with one `render` (scripts/label.py render=...)")
+    return _PreparedData(ds, decisions, train_dec, dev_dec, norm, train_ds, dev_ds, teachers, versions, renders[0])
 
 
 def _first_n_decisions(train_dec: list[LabeledDecision], n: Any, seed: int) -> list[LabeledDecision]:
@@ -370,6 +376,7 @@ def _train_metadata(cfg: Any, student: _Student, data: _PreparedData) -> dict[st
     return {"base_model": str(cfg.model.name), "kept_layers": student.kept_layers,
             "max_length": int(cfg.model.max_length),
             "render_version": versions[0] if len(versions) == 1 else str(RENDER_VERSION),
+            "card_render": data.card_render,
             "teacher": teachers[0] if len(teachers) == 1 else teachers,
             "estimators": sorted(set(data.labels.unique("estimator"))), "normalization": vars(data.norm),
             "loss": {k: float(v) for k, v in cfg.trainer.loss.items()}, "labels": str(cfg.data.labels),

@@ -49,9 +49,10 @@ def sample_decisions(episodes: Sequence[Episode], n: int, seed: int = 0) -> list
     return pool
 
 
-def _done_rows(checkpoint: Path | None, teacher_id: str, estimators: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """Rows of an earlier (killed) run of the same teacher that carry every estimator; a torn last line is skipped
-    (and ended, so the rows appended after it stay on lines of their own)."""
+def _done_rows(checkpoint: Path | None, teacher_id: str, estimators: Sequence[str],
+               render: str = "template") -> dict[str, dict[str, Any]]:
+    """Rows of an earlier (killed) run of the same teacher and rendering that carry every estimator; a torn last
+    line is skipped (and ended, so the rows appended after it stay on lines of their own)."""
     done: dict[str, dict[str, Any]] = {}
     if checkpoint is None or not checkpoint.exists():
         return done
@@ -64,34 +65,37 @@ def _done_rows(checkpoint: Path | None, teacher_id: str, estimators: Sequence[st
             row = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if row.get("teacher") == teacher_id and (set(estimators) <= set(row["deltas"]) or not row["card_ids"]):
+        if row.get("teacher") == teacher_id and row.get("render", "template") == render and \
+                (set(estimators) <= set(row["deltas"]) or not row["card_ids"]):
             done[row["decision_id"]] = row
     return done
 
 
 def compare(episodes: Sequence[Episode], teacher: Any, estimators: Sequence[str], n_decisions: int = 40,
             seed: int = 0, memory: dict[str, Any] | None = None, progress: bool = True,
-            checkpoint: str | os.PathLike | None = None) -> dict[str, Any]:
+            checkpoint: str | os.PathLike | None = None, render: str = "template") -> dict[str, Any]:
     """Label the same sampled decisions with every estimator; returns per-decision deltas and the summary.
 
-    `checkpoint`: a JSONL file each finished decision is appended to (fsync'd); a rerun with the same teacher
-    takes the decisions found there (with every requested estimator) instead of labelling them again."""
+    `render`: how the teacher reads the cards (`damc.teacher.context.TEACHER_RENDERS`: the runtime's template lines
+    or its `fields` lines). `checkpoint`: a JSONL file each finished decision is appended to (fsync'd); a rerun
+    with the same teacher and rendering takes the decisions found there (with every requested estimator) instead
+    of labelling them again."""
     from tqdm import tqdm
 
     from damc.teacher.candidates import RuntimeCandidates
     from damc.teacher.context import candidate_cards
     from damc.teacher.estimators import ESTIMATORS
 
-    ests = {name: ESTIMATORS[name]() for name in estimators}
+    ests = {name: ESTIMATORS[name](render=render) for name in estimators}
     decisions = sample_decisions(episodes, n_decisions, seed)
     per: list[dict[str, Any]] = []
     runtime = None
     teacher_id = str(getattr(teacher, "model_id", "?"))
     ckpt = Path(checkpoint) if checkpoint else None
-    done = _done_rows(ckpt, teacher_id, estimators)
+    done = _done_rows(ckpt, teacher_id, estimators, render)
     for dp in tqdm(decisions, desc="compare estimators", unit="decision", disable=not progress):
         if dp.decision_id in done:
-            per.append({k: v for k, v in done[dp.decision_id].items() if k != "teacher"})
+            per.append({k: v for k, v in done[dp.decision_id].items() if k not in ("teacher", "render")})
             continue
         if runtime is None or runtime.episode.episode_id != dp.episode.episode_id:
             runtime = RuntimeCandidates(dp.episode, teacher.tokenizer, memory)
@@ -119,10 +123,10 @@ def compare(episodes: Sequence[Episode], teacher: Any, estimators: Sequence[str]
         per.append(row)
         if ckpt is not None:
             with ckpt.open("a", encoding="utf-8") as f:
-                f.write(json.dumps({**row, "teacher": teacher_id}) + "\n")
+                f.write(json.dumps({**row, "teacher": teacher_id, "render": render}) + "\n")
                 f.flush()
                 os.fsync(f.fileno())
-    return {"teacher": getattr(teacher, "model_id", "?"), "estimators": list(estimators), "seed": seed,
+    return {"teacher": getattr(teacher, "model_id", "?"), "render": render, "estimators": list(estimators), "seed": seed,
             "decisions": per, "summary": summarize(per, list(estimators))}
 
 
@@ -192,7 +196,7 @@ def label_hit_rates(labels: Any) -> dict[str, Any]:
 def markdown(res: dict[str, Any]) -> str:
     """The comparison as Markdown tables (per estimator; pairwise agreement)."""
     s = res["summary"]
-    lines = [f"teacher `{res['teacher']}`, {s['decisions']} decisions with key cards; a key card in the runtime's "
+    lines = [f"teacher `{res['teacher']}` reading `{res.get('render', 'template')}` lines, {s['decisions']} decisions with key cards; a key card in the runtime's "
              f"candidate set: {s['key_in_candidates']} ({s['key_in_candidates'] / max(s['decisions'], 1):.0%}); in the "
              f"old newest-{OLD_WINDOW} window: {s['key_in_old_window']} ({s['key_in_old_window'] / max(s['decisions'], 1):.0%})",
              "", "| estimator | hit@1 | hit@3 | forward tokens / decision | seconds / decision |", "|---|---:|---:|---:|---:|"]

@@ -5,6 +5,9 @@ The teacher labels what the runtime chooses from, as the runtime shows it: the c
 message with one `[card_id] <template line>` per candidate (oldest first), tools, then the current user turn
 verbatim (the runtime's default `placement="message"`) — built
 with the same functions (`damc.templates.template_compress`, `damc.prompting.build_decision_messages`).
+`ContextConfig.render="fields"` writes the lines as the runtime's `fields` compressor does instead
+(`damc.templates.field_compress` with the runtime's decision query), for labels of a memory configured with
+`compressor="fields"`.
 The rendered prompt is cut into `head` (everything before the first memory line), one segment per line
 (`"[card_id] …\\n"`) and `tail` (the rest, then the generation prompt), so any subset of cards is the
 concatenation of `head`, its lines and `tail` — exactly what the runtime would send with those cards kept
@@ -45,6 +48,7 @@ class ContextConfig:
     """Limits applied when building a decision context."""
 
     max_context_tokens: int | None = None  # context + action limit in tokens (None: the teacher's window)
+    render: str = "template"                # how each card's line is written: a `TEACHER_RENDERS` name
 
 
 def candidate_cards(dp: DecisionPoint, tokenizer: Any = None) -> list[Card]:
@@ -53,10 +57,33 @@ def candidate_cards(dp: DecisionPoint, tokenizer: Any = None) -> list[Card]:
     return encode_messages(dp.history, dp.episode.episode_id, count_tokens=count)
 
 
-def memory_line(card: Card) -> str:
-    """The line a card takes in the runtime's prompt (`Compressed.line` of the template compressor, neutralised
-    as the assembler fences it)."""
+TEACHER_RENDERS = ("template", "fields")   # the runtime compressors a teacher can read cards through
+
+
+def check_render(render: str) -> str:
+    """`render` if it names a teacher rendering, else a ValueError that lists them."""
+    if render not in TEACHER_RENDERS:
+        raise ValueError(f"teacher render must be one of {list(TEACHER_RENDERS)} (the runtime's `MemoryConfig."
+                         f"compressor` the labels stand for), got {render!r}")
+    return render
+
+
+def memory_line(card: Card, render: str = "template", query: str | None = None) -> str:
+    """The line a card takes in the runtime's prompt (`Compressed.line` of the runtime compressor `render`,
+    neutralised as the assembler fences it). `query`: the decision query, which the `fields` lines are chosen by
+    (`damc.query.render_decision_query`, as `DecisionAwareMemory` passes it)."""
+    if check_render(render) == "fields":
+        from damc.templates import field_compress
+
+        return neutralize_line(f"[{card.card_id}] {field_compress(card, query)}")
     return neutralize_line(f"[{card.card_id}] {template_compress(card)}")
+
+
+def decision_query(dp: DecisionPoint) -> str:
+    """The decision query the runtime renders at `dp` (what its compressor is given)."""
+    from damc.query import render_decision_query
+
+    return render_decision_query(dp.context, dp.episode.tools)
 
 
 @dataclass
@@ -97,9 +124,10 @@ class DecisionContext:
         return self.head + [s for i in idx for s in self.card_segments[i]] + self.tail
 
 
-def _split(dp: DecisionPoint, cards: list[Card], tokenizer: Any) -> DecisionContext:
-    """Render the runtime prompt over `cards` and cut it at the memory lines."""
-    lines = [memory_line(c) for c in cards]
+def _split(dp: DecisionPoint, cards: list[Card], tokenizer: Any, render: str = "template") -> DecisionContext:
+    """Render the runtime prompt over `cards` (lines written by `render`) and cut it at the memory lines."""
+    query = decision_query(dp) if render != "template" else None
+    lines = [memory_line(c, render, query) for c in cards]
     action = action_text(dp.gold)
     if not cards:
         prompt = format_prompt(tokenizer, build_decision_messages(dp.system, dp.episode.tools, [], dp.current_turn))
@@ -128,7 +156,7 @@ def build_context(teacher: Any, dp: DecisionPoint, cards: Sequence[Card] | None 
     tok = getattr(teacher, "tokenizer", teacher)  # a Teacher or a bare tokenizer
     count = teacher.count_tokens if hasattr(teacher, "count_tokens") else token_counter(tok)
     cards = sorted(candidate_cards(dp, tok) if cards is None else cards, key=lambda c: (c.position, c.card_id))
-    ctx = _split(dp, list(cards), tok)
+    ctx = _split(dp, list(cards), tok, cfg.render)
     window = cfg.max_context_tokens or getattr(teacher, "max_context_tokens", None)
     if not window:
         return ctx
@@ -143,6 +171,6 @@ def build_context(teacher: Any, dp: DecisionPoint, cards: Sequence[Card] | None 
     if n_drop:
         logger.warning("%s: context of %d tokens > window %d: dropped the %d oldest cards", dp.decision_id,
                        fixed + sum(per_card), window, n_drop)
-        ctx = _split(dp, list(cards)[n_drop:], tok)
+        ctx = _split(dp, list(cards)[n_drop:], tok, cfg.render)
         ctx.dropped = [c.card_id for c in list(cards)[:n_drop]]
     return ctx

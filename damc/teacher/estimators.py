@@ -87,12 +87,16 @@ class Estimator(ABC):
 
     Args:
         max_context_tokens: context + action limit (None: the teacher's window); oldest lines dropped beyond it.
+        render: how the teacher reads each card, as the runtime compressor of that name writes it: "template"
+            (default, `MemoryConfig.compressor`'s default) or "fields" (`damc.teacher.context.TEACHER_RENDERS`).
     """
 
     name: str = "base"
 
-    def __init__(self, max_context_tokens: int | None = None):
-        self.context_cfg = ContextConfig(max_context_tokens)
+    def __init__(self, max_context_tokens: int | None = None, render: str = "template"):
+        from damc.teacher.context import check_render
+
+        self.context_cfg = ContextConfig(max_context_tokens, check_render(render))
 
     def estimate(self, teacher: Any, decision_point: DecisionPoint, cards: Sequence[Card]) -> EstimateResult:
         """Values of `cards` (the runtime's candidates, or `candidate_cards(dp)`) for the decision's gold action."""

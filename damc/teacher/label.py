@@ -100,29 +100,31 @@ def _fingerprint(cfg: Any) -> dict[str, Any]:
             "per_episode": cfg.get("per_episode"), "sample_seed": cfg.get("sample_seed", 0),
             "teacher": teacher, "estimator": estimator, "memory": OmegaConf.to_container(cfg.memory, resolve=True),
             "max_context_tokens": cfg.max_context_tokens, "render_version": RENDER_VERSION,
+            **({"render": cfg.render} if cfg.get("render", "template") != "template" else {}),
             "delta_units": "nats per action token"}
 
 
 def _rows(dp: DecisionPoint, cards: list, res: Any, est_name: str, teacher_id: str,
-          features: dict[str, dict[str, float]] | None = None) -> list[dict[str, Any]]:
+          features: dict[str, dict[str, float]] | None = None, render: str = "template") -> list[dict[str, Any]]:
     """Label rows: the student's rendering of each card (`card_text`, age and kind included) beside the line the
     teacher saw (`teacher_text`); `delta` in nats per action token, `logp_*` totals."""
     from damc.query import RENDER_VERSION, query_body, render_card, render_decision_query
     from damc.teacher.context import memory_line
 
-    decision_text = query_body(render_decision_query(dp.context, dp.episode.tools))   # what the student reads
+    query = render_decision_query(dp.context, dp.episode.tools)
+    decision_text = query_body(query)   # what the student reads
     keys = set(dp.key_card_ids)
     rows = []
     for c, d, w, wo in zip(cards, res.deltas, res.logp_with, res.logp_without):
         if not np.isfinite(d):  # left out for the window (already warned)
             continue
         rows.append({"decision_id": dp.decision_id, "episode_id": dp.episode.episode_id, "card_id": c.card_id,
-                     "decision_text": decision_text, "card_text": render_card(c), "logp_full": float(w),
+                     "decision_text": decision_text, "card_text": render_card(c, render=render, query=query), "logp_full": float(w),
                      "logp_without": float(wo), "delta": float(d), "estimator": est_name, "teacher": teacher_id,
                      "n_action_tokens": int(res.n_action_tokens), "decision_index": int(dp.index),
                      "card_position": int(c.position), "card_kind": c.kind, "is_key": c.card_id in keys,
-                     "render_version": RENDER_VERSION, "teacher_text": memory_line(c),
-                     "card_age": (c.meta or {}).get("age"),
+                     "render_version": RENDER_VERSION, "teacher_text": memory_line(c, render, query),
+                     "card_age": (c.meta or {}).get("age"), "card_render": render,
                      **{f"feat_{k}": v for k, v in (features or {}).get(c.card_id, {}).items()}})
     return rows
 
@@ -177,7 +179,8 @@ def _build_labelers(cfg: Any, state: Any, need_teacher: bool) -> tuple[Any, Any]
     if teacher_cfg.get("device") == "auto" and state.num_processes > 1:
         teacher_cfg["device"] = str(state.device)  # one device per process
     teacher = hydra.utils.instantiate(teacher_cfg) if need_teacher else None
-    estimator = hydra.utils.instantiate(cfg.estimator, max_context_tokens=cfg.max_context_tokens)
+    estimator = hydra.utils.instantiate(cfg.estimator, max_context_tokens=cfg.max_context_tokens,
+                                        render=cfg.get("render", "template"))
     return teacher, estimator
 
 
@@ -205,7 +208,7 @@ def _label_decision(dp: DecisionPoint, cards: list, teacher: Any, estimator: Any
         logger.warning("skipped: %s", e)
         stats["skipped_too_long"] += 1
         return []
-    rows = _rows(dp, cards, res, est_name, teacher.model_id, features)
+    rows = _rows(dp, cards, res, est_name, teacher.model_id, features, estimator.context_cfg.render)
     stats["decisions"] += 1
     stats["cards"] += len(rows)
     stats["key_labelled"] += any(r["is_key"] for r in rows)
@@ -282,6 +285,9 @@ def main(cfg: Any) -> dict[str, Any]:
     logging.getLogger("damc").setLevel(str(cfg.get("log_level") or "INFO"))
     from accelerate import PartialState
 
+    from damc.teacher.context import check_render
+
+    check_render(cfg.get("render", "template"))   # before anything is written
     t0 = time.perf_counter()
     state = PartialState()
     rank, world = state.process_index, state.num_processes

@@ -36,8 +36,18 @@ class Valuer(ABC):
     def bind(self, memory: Any) -> None:
         """Called by `DecisionAwareMemory` before it uses this valuer (no-op by default)."""
 
+    def value_with_notes(self, query: str, cards: Sequence[Card],
+                         now: float | None = None) -> tuple[np.ndarray, list[str | None]]:
+        """`value(...)` and one note per card on how it was valued (None: fully; e.g. `NOT_CROSS_ENCODED` for a
+        candidate a cascade valued without its expensive stage). `DecisionAwareMemory` records the notes on the
+        context, where `explain()` shows them. Default: no notes."""
+        return self.value(query, cards, now), [None] * len(cards)
+
     def __call__(self, query: str, cards: Sequence[Card], now: float | None = None) -> np.ndarray:
         return self.value(query, cards, now)
+
+NOT_CROSS_ENCODED = "not_cross_encoded"   # a cascade's note: valued without the student (below its top-M)
+
 
 def sigmoid(x: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     return (1.0 / (1.0 + np.exp(-np.asarray(x, dtype=np.float64) / temperature))).astype(np.float32)
@@ -66,13 +76,19 @@ class HybridValuer(Valuer):
         self.learned.bind(memory)
 
     def value(self, query: str, cards: Sequence[Card], now: float | None = None) -> np.ndarray:
+        return self.value_with_notes(query, cards, now)[0]
+
+    def value_with_notes(self, query: str, cards: Sequence[Card],
+                         now: float | None = None) -> tuple[np.ndarray, list[str | None]]:
+        """The mixed values, with the learned valuer's notes."""
         if not cards:
-            return np.zeros(0, dtype=np.float32)
-        learned = self.learned.value(query, cards, now)
+            return np.zeros(0, dtype=np.float32), []
+        learned, notes = self.learned.value_with_notes(query, cards, now)
+        learned = np.asarray(learned, dtype=np.float32)
         if self.rank_normalize and len(cards) > 1:
             learned = np.argsort(np.argsort(learned)).astype(np.float32) / (len(cards) - 1)
         prior = self.prior.value(query, cards, now) if self.weight < 1.0 else np.zeros_like(learned)
-        return (self.weight * learned + (1.0 - self.weight) * prior).astype(np.float32)
+        return (self.weight * learned + (1.0 - self.weight) * prior).astype(np.float32), notes
 
 def card_hash(card: Card) -> str:
     """Hash of what a valuer can see of a card: content, age (changes when a result arrives, a card is edited,
@@ -86,20 +102,28 @@ def card_hash(card: Card) -> str:
 
 
 class CachedValuer(Valuer):
-    """A TTL cache in front of another valuer, keyed by (query, card_id, card content hash).
+    """A TTL cache in front of another valuer, keyed by the query and the whole candidate list (each card's id and
+    content hash, in order).
+
+    Whole calls, not single cards: a card's value depends on the other candidates under almost every valuer —
+    recency is a rank among them, BM25 and the combiner's features are normalised over them, a cascade
+    cross-encodes only the best of them — so a value computed beside other candidates is not reused.
 
     Args:
         inner: the valuer to cache.
         ttl_s: seconds an entry stays valid (the seed suggests about a minute).
-        max_entries: LRU bound on the cache size.
+        max_entries: LRU bound on the number of cached calls.
         clock: time source (injectable for tests).
+
+    Attributes:
+        hits / misses: cards served from the cache / valued by `inner`.
     """
 
-    def __init__(self, inner: Valuer, ttl_s: float = 60.0, max_entries: int = 100_000,
+    def __init__(self, inner: Valuer, ttl_s: float = 60.0, max_entries: int = 10_000,
                  clock: Callable[[], float] = time.monotonic):
         self.inner, self.ttl_s, self.max_entries, self.clock = inner, ttl_s, max_entries, clock
         self.name = f"cached({inner.name})"
-        self._cache: OrderedDict[tuple[str, str, str], tuple[float, float]] = OrderedDict()
+        self._cache: OrderedDict[tuple, tuple[np.ndarray, list[str | None], float]] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -108,29 +132,27 @@ class CachedValuer(Valuer):
         self.inner.bind(memory)
 
     def value(self, query: str, cards: Sequence[Card], now: float | None = None) -> np.ndarray:
+        return self.value_with_notes(query, cards, now)[0]
+
+    def value_with_notes(self, query: str, cards: Sequence[Card],
+                         now: float | None = None) -> tuple[np.ndarray, list[str | None]]:
         t = self.clock()
-        keys = [(query, c.card_id, card_hash(c)) for c in cards]
-        out = np.zeros(len(cards), dtype=np.float32)
-        todo = []
+        key = (query, tuple((c.card_id, card_hash(c)) for c in cards))
         with self._lock:
-            for i, k in enumerate(keys):
-                hit = self._cache.get(k)
-                if hit is not None and t - hit[1] <= self.ttl_s:
-                    out[i] = hit[0]
-                    self._cache.move_to_end(k)
-                else:
-                    todo.append(i)
-            self.hits += len(cards) - len(todo)
-            self.misses += len(todo)
-        if todo:
-            vals = self.inner.value(query, [cards[i] for i in todo], now)
-            with self._lock:
-                for j, i in enumerate(todo):
-                    out[i] = vals[j]
-                    self._cache[keys[i]] = (float(vals[j]), t)
-                while len(self._cache) > self.max_entries:
-                    self._cache.popitem(last=False)
-        return out
+            hit = self._cache.get(key)
+            if hit is not None and t - hit[2] <= self.ttl_s:
+                self._cache.move_to_end(key)
+                self.hits += len(cards)
+                return hit[0].copy(), list(hit[1])
+            self.misses += len(cards)
+        vals, notes = self.inner.value_with_notes(query, cards, now)
+        vals = np.asarray(vals, dtype=np.float32)
+        with self._lock:
+            self._cache[key] = (vals.copy(), list(notes), t)
+            self._cache.move_to_end(key)
+            while len(self._cache) > self.max_entries:
+                self._cache.popitem(last=False)
+        return vals, list(notes)
 
     def clear(self) -> None:
         with self._lock:

@@ -23,7 +23,7 @@ import numpy as np
 
 from damc.cards import Card
 from damc.query import render_card
-from damc.runtime.valuers.base import Valuer, sigmoid
+from damc.runtime.valuers.base import NOT_CROSS_ENCODED, Valuer, sigmoid
 
 logger = logging.getLogger(__name__)
 
@@ -89,17 +89,23 @@ class ScorerValuer(Valuer):
                    max_scored=max_scored)
 
     def value(self, query: str, cards: Sequence[Card], now: float | None = None) -> np.ndarray:
+        return self.value_with_notes(query, cards, now)[0]
+
+    def value_with_notes(self, query: str, cards: Sequence[Card],
+                         now: float | None = None) -> tuple[np.ndarray, list[str | None]]:
+        """The values, and `NOT_CROSS_ENCODED` for each candidate the cascade left below its `max_scored`."""
+        notes: list[str | None] = [None] * len(cards)
         if not cards:
-            return np.zeros(0, dtype=np.float32)
+            return np.zeros(0, dtype=np.float32), notes
         if self.combiner is None:
-            return sigmoid(np.asarray(self.scorer.score(query, list(cards))), self.temperature)
+            return sigmoid(np.asarray(self.scorer.score(query, list(cards))), self.temperature), notes
         from damc.runtime.combiner import FEATURES, candidate_features
 
         x = candidate_features(query, cards, memory=self._memory)          # the student's column still empty
         col = FEATURES.index("student")
         if not self.max_scored or len(cards) <= self.max_scored:
             x[:, col] = np.asarray(self.scorer.score(query, list(cards)), dtype=np.float64)
-            return self.combiner.predict(x)
+            return self.combiner.predict(x), notes
         top = np.argsort(-rrf(x[:, FEATURES.index("bm25")], x[:, FEATURES.index("cosine")]), kind="stable")
         top, rest = top[: self.max_scored], top[self.max_scored:]               # rest: in fused order
         x[top, col] = np.asarray(self.scorer.score(query, [cards[i] for i in top]), dtype=np.float64)
@@ -108,7 +114,9 @@ class ScorerValuer(Valuer):
         x[rest, col] = self.combiner.mean[col]                            # an average student score
         floor = float(out[top].min()) - 1e-4
         out[rest] = np.minimum(self.combiner.predict(x[rest]), floor) - 1e-6 * np.arange(len(rest))
-        return out.astype(np.float32)
+        for i in rest:
+            notes[int(i)] = NOT_CROSS_ENCODED
+        return out.astype(np.float32), notes
 
 
 class CrossEncoderScorer:
