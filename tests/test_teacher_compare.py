@@ -32,7 +32,8 @@ class _Fake:
 def fakes(monkeypatch):
     _Fake.calls = []
     monkeypatch.setattr("damc.teacher.estimators.ESTIMATORS", {
-        "loo": lambda: _Fake("loo", 1.0), "loi": lambda: _Fake("loi", -1.0), "loo_loi": lambda: _Fake("loo_loi", 0.0)})
+        "loo": lambda **kw: _Fake("loo", 1.0), "loi": lambda **kw: _Fake("loi", -1.0),
+        "loo_loi": lambda **kw: _Fake("loo_loi", 0.0)})
     return SimpleNamespace(tokenizer=None, model_id="fake-teacher")
 
 
@@ -54,7 +55,7 @@ def test_hits_loo_loi_and_resume_from_the_checkpoint(fakes, tmp_path):
 
     _Fake.calls = []
     assert compare(episodes, fakes, ["loo", "loi"], n_decisions=3, checkpoint=ckpt, progress=False)["decisions"] \
-        == [{k: v for k, v in json.loads(x).items() if k != "teacher"} for x in lines]
+        == [{k: v for k, v in json.loads(x).items() if k not in ("teacher", "render")} for x in lines]
     assert _Fake.calls == []                                               # all three came from the checkpoint
     ckpt.write_text("\n".join(lines[:2]) + "\n" + lines[2][: len(lines[2]) // 2])   # killed mid-write
     again = compare(episodes, fakes, ["loo", "loi", "loo_loi"], n_decisions=3, checkpoint=ckpt, progress=False)
@@ -66,6 +67,11 @@ def test_hits_loo_loi_and_resume_from_the_checkpoint(fakes, tmp_path):
     _Fake.calls = []
     compare(episodes, other, ["loo"], n_decisions=3, checkpoint=ckpt, progress=False)
     assert _Fake.calls == ["loo"] * 3
+    _Fake.calls = []                                                           # nor does another rendering
+    compare(episodes, fakes, ["loo"], n_decisions=3, checkpoint=ckpt, progress=False, render="fields")
+    assert _Fake.calls == ["loo"] * 3
+    whole = [json.loads(x) for x in ckpt.read_text().splitlines() if x.strip() and x.endswith("}")]
+    assert {r.get("render", "template") for r in whole} == {"template", "fields"}
 
 
 @pytest.mark.slow

@@ -34,6 +34,7 @@ from typing import Any, Iterable, Sequence
 from damc.cards import Card, encode_messages, token_counter
 from damc.data.episodes import DecisionPoint
 from damc.prompting import action_text, build_decision_messages, format_prompt, neutralize_line
+from damc.query import CARD_RENDERS
 from damc.templates import template_compress
 
 logger = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ def candidate_cards(dp: DecisionPoint, tokenizer: Any = None) -> list[Card]:
     return encode_messages(dp.history, dp.episode.episode_id, count_tokens=count)
 
 
-TEACHER_RENDERS = ("template", "fields")   # the runtime compressors a teacher can read cards through
+TEACHER_RENDERS = CARD_RENDERS   # the runtime compressors a teacher can read cards through (= the student's renderings)
 
 
 def check_render(render: str) -> str:
