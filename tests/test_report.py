@@ -148,3 +148,24 @@ def test_where_memory_matters_is_paired_on_the_keyed_decisions_only():
     table = report({"t": res}, operating={"t": {"window": "512", "damc": "512"}})
     assert "where memory matters (8 decisions)" in table
     assert "| damc | 512 | 0.40 (-0.20 [" in table and "| 1.00 (+1.00 [+1.00, +1.00]) |" in table
+
+
+def test_a_study_rendered_with_field_lines_fills_its_budget_column_and_checks_its_targets():
+    """`render=[fields]` keys every card policy `512/fields` (the window stays `512`): the table shows a column for
+    it, and the targets compare damc with bm25 and oracle of that rendering (the report showed '–' before)."""
+    recs = _records("window", 512, 6, 1000)
+    recs += _records("oracle", "512/fields", 18, 700)
+    recs += _records("bm25", "512/fields", 8, 900)
+    recs += _records("bm25", "512/k4/fields", 9, 600)
+    recs += _records("damc", "512/fields", 16, 550, key_hits=19, confusers=4)
+    recs += _records("damc", "512/k4/fields", 12, 500, key_hits=15, confusers=2)
+    res = aggregate(recs, [f"d{i}" for i in range(N)], ["window", "bm25", "damc", "oracle"], {"decision_llm": "x"},
+                    n_boot=200)
+    table = compact_table(res)
+    assert "| policy | budget 512 | budget 512 (fields) |" in table
+    assert "| **damc** | – | 0.80 (+0.50 [" in table and "| window | 0.30 · 1000 | – |" in table
+    rows = check_targets(res, operating="512/k4/fields")
+    assert [r["setting"] for r in rows] == ["512/fields", "512/k4/fields"]
+    assert rows[0]["lexical_accuracy"] == pytest.approx(0.40) and rows[0]["oracle_accuracy"] == pytest.approx(0.90)
+    assert rows[1]["lexical_accuracy"] == pytest.approx(0.45) and rows[1]["lexical_ok"] is True
+    assert rows[1]["oracle_ok"] is False and rows[1]["key_hit"] == pytest.approx(0.75)

@@ -50,8 +50,13 @@ def load_results(path: str | Path) -> dict[str, Any]:
     return res
 
 
-def _budgets(results: dict[str, Any]) -> list[Any]:
-    return sorted({e["budget"] for e in results["policies"].values()}, key=lambda b: (isinstance(b, str), b))
+def _plain_settings(results: dict[str, Any]) -> list[str]:
+    """The settings that are a budget alone, in each rendering run: `1024`, `512`, and `1024/fields` when the
+    prompts were rendered with field lines (`render=[fields]`) — not the top-k / threshold points."""
+    out = {str(e["setting"]) for e in results["policies"].values()
+           if all(part in _renders() for part in str(e["setting"]).split("/")[1:])}
+    return sorted(out, key=lambda s: (not budget_of(s).isdigit(), int(budget_of(s)) if budget_of(s).isdigit()
+                                      else 0, budget_of(s), s))
 
 
 def _policies(results: dict[str, Any]) -> list[str]:
@@ -64,8 +69,13 @@ def _ok(x: Any) -> bool:
 
 def compact_table(results: dict[str, Any], bold: str = "damc") -> str:
     """Markdown: one row per policy, one column per budget; cell = `acc (Δ [lo, hi]) · tokens`."""
-    budgets = _budgets(results)
-    head = "| policy | " + " | ".join(f"budget {b:,}" if isinstance(b, int) else f"budget {b}" for b in budgets) + " |"
+    budgets = _plain_settings(results)
+
+    def title(s: str) -> str:
+        b, *rest = s.split("/")
+        return f"budget {int(b):,}" + "".join(f" ({r})" for r in rest) if b.isdigit() else f"budget {s}"
+
+    head = "| policy | " + " | ".join(title(b) for b in budgets) + " |"
     rows = [head, "|---|" + "---|" * len(budgets)]
     for name in _policies(results):
         cells = []
@@ -104,10 +114,11 @@ def check_point(results: dict[str, Any], key: str) -> dict[str, Any] | None:
                           and p["prompt_token_ratio"] <= TARGETS["token_ratio_vs_window"] + EPS)
     else:
         row.update(delta_vs_window=None, delta_ci=None, token_ratio=None, gain_ok=None)
-    lex = P.get(f"{TARGETS['lexical']}@{e['setting']}") or P.get(f"{TARGETS['lexical']}@{b}")
+    rendered = b + "".join(f"/{r}" for r in str(e["setting"]).split("/")[1:] if r in _renders())   # 1024/fields
+    lex = P.get(f"{TARGETS['lexical']}@{e['setting']}") or P.get(f"{TARGETS['lexical']}@{rendered}")
     row["lexical_accuracy"] = lex["accuracy"] if lex else None
     row["lexical_ok"] = e["accuracy"] >= lex["accuracy"] - EPS if lex else None
-    orc = P.get(f"oracle@{b}")
+    orc = P.get(f"oracle@{rendered}")
     row["oracle_accuracy"] = orc["accuracy"] if orc else None
     row["oracle_ok"] = (orc["accuracy"] - e["accuracy"] <= TARGETS["gap_to_oracle"] + EPS) if orc else None
     row["key_hit"], row["confuser_rate"] = e.get("key_hit"), e.get("confuser_rate")
@@ -116,9 +127,15 @@ def check_point(results: dict[str, Any], key: str) -> dict[str, Any] | None:
     return row
 
 
+def _renders() -> tuple[str, ...]:
+    from damc.eval.policy_base import RENDERS
+
+    return RENDERS
+
+
 def check_targets(results: dict[str, Any], policy: str = "damc", operating: str | None = None) -> list[dict[str, Any]]:
     """`check_point` at every plain budget of `policy`, then at its operating point (a setting chosen on dev)."""
-    keys = [f"{policy}@{b}" for b in _budgets(results)]
+    keys = [f"{policy}@{b}" for b in _plain_settings(results)]
     if operating and f"{policy}@{operating}" not in keys:
         keys.append(f"{policy}@{operating}")
     return [r for r in (check_point(results, k) for k in keys) if r is not None]

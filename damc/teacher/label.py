@@ -119,7 +119,8 @@ def _rows(dp: DecisionPoint, cards: list, res: Any, est_name: str, teacher_id: s
         if not np.isfinite(d):  # left out for the window (already warned)
             continue
         rows.append({"decision_id": dp.decision_id, "episode_id": dp.episode.episode_id, "card_id": c.card_id,
-                     "decision_text": decision_text, "card_text": render_card(c, render=render, query=query), "logp_full": float(w),
+                     "decision_text": decision_text, "card_text": render_card(c, render=render, query=query),
+                     "logp_full": float(w),
                      "logp_without": float(wo), "delta": float(d), "estimator": est_name, "teacher": teacher_id,
                      "n_action_tokens": int(res.n_action_tokens), "decision_index": int(dp.index),
                      "card_position": int(c.position), "card_kind": c.kind, "is_key": c.card_id in keys,

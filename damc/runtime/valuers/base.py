@@ -46,6 +46,7 @@ class Valuer(ABC):
     def __call__(self, query: str, cards: Sequence[Card], now: float | None = None) -> np.ndarray:
         return self.value(query, cards, now)
 
+
 NOT_CROSS_ENCODED = "not_cross_encoded"   # a cascade's note: valued without the student (below its top-M)
 
 
