@@ -55,8 +55,7 @@ def _plain_settings(results: dict[str, Any]) -> list[str]:
     prompts were rendered with field lines (`render=[fields]`) — not the top-k / threshold points."""
     out = {str(e["setting"]) for e in results["policies"].values()
            if all(part in _renders() for part in str(e["setting"]).split("/")[1:])}
-    return sorted(out, key=lambda s: (not budget_of(s).isdigit(), int(budget_of(s)) if budget_of(s).isdigit()
-                                      else 0, budget_of(s), s))
+    return sorted(out, key=lambda s: (int(budget_of(s)) if budget_of(s).isdigit() else float("inf"), s))
 
 
 def _policies(results: dict[str, Any]) -> list[str]:
@@ -128,6 +127,8 @@ def check_point(results: dict[str, Any], key: str) -> dict[str, Any] | None:
 
 
 def _renders() -> tuple[str, ...]:
+    """The prompt renderings a setting can name (`damc.eval.policy_base.RENDERS`; imported late: it loads the
+    runtime's compressors, which a report does not otherwise need)."""
     from damc.eval.policy_base import RENDERS
 
     return RENDERS
