@@ -20,7 +20,7 @@ def cli() -> None:
     p.add_argument("--out", default=None, help="also write the Markdown here")
     args = p.parse_args()
     from damc.data.episodes import atomic_write_text
-    from damc.eval.report import load_results, report
+    from damc.eval.report import load_operating, load_results, report
 
     named = {}
     for arg in args.results:
@@ -31,12 +31,10 @@ def cli() -> None:
             sys.exit(f"report: error: {e}")
     ops = None
     if args.operating:
-        import json
-
         try:
-            chosen = json.loads(Path(args.operating).read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            sys.exit(f"report: error: {args.operating}: {e} (expected the operating_points.json of a dev run)")
+            chosen = load_operating(args.operating)
+        except (ValueError, FileNotFoundError) as e:
+            sys.exit(f"report: error: {e}")
         ops = {title: chosen for title in named}
     text = report(named, policy=args.policy, operating=ops)
     print(text)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from damc.eval.results import aggregate
-from damc.eval.report import check_targets, compact_table, load_results, report, targets_table
+from damc.eval.report import check_targets, compact_table, load_operating, load_results, report, targets_table
 
 ROOT = Path(__file__).resolve().parents[1]
 N = 20
@@ -169,3 +169,27 @@ def test_a_study_rendered_with_field_lines_fills_its_budget_column_and_checks_it
     assert rows[0]["lexical_accuracy"] == pytest.approx(0.40) and rows[0]["oracle_accuracy"] == pytest.approx(0.90)
     assert rows[1]["lexical_accuracy"] == pytest.approx(0.45) and rows[1]["lexical_ok"] is True
     assert rows[1]["oracle_ok"] is False and rows[1]["key_hit"] == pytest.approx(0.75)
+
+
+def test_operating_points_from_the_pipeline_or_a_study_and_a_wrong_file_refused(tmp_path):
+    """Both files the code writes are read (the study's nests the points under "points": passed to the CLI it
+    used to report no operating point at all); any other shape is an error naming the file."""
+    plain, study, bad = tmp_path / "plain.json", tmp_path / "study.json", tmp_path / "bad.json"
+    plain.write_text(json.dumps({"damc": "512/k4", "bm25": "512"}))
+    study.write_text(json.dumps({"chosen_on": "tau2_retail", "points": {"damc": "512/k4"}}))
+    assert load_operating(plain) == {"damc": "512/k4", "bm25": "512"}
+    assert load_operating(study) == {"damc": "512/k4"}
+    for text in ('["damc"]', '{"damc": 512}', "{}", '{"points": []}'):
+        bad.write_text(text)
+        with pytest.raises(ValueError, match=r"bad\.json: expected operating points"):
+            load_operating(bad)
+    d = tmp_path / "eval"
+    d.mkdir()
+    (d / "results.json").write_text(json.dumps(_results(16, 550)))
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "report.py"), str(d), "--operating", str(study)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    assert "| damc | 512/k4 | 0.75" in p.stdout and "512/k4 (operating point)" in p.stdout
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "report.py"), str(d), "--operating", str(bad)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode != 0 and "report: error:" in p.stderr and "expected operating points" in p.stderr

@@ -50,6 +50,25 @@ def load_results(path: str | Path) -> dict[str, Any]:
     return res
 
 
+def load_operating(path: str | Path) -> dict[str, str]:
+    """`{policy: setting}` from an operating-points file: the evaluate pipeline's `eval/operating_points.json` (that
+    mapping itself) or a study's `eval/<set>/test/operating_points.json` (`{"chosen_on": set, "points": {...}}`).
+    Anything else is refused with the file and what was expected (a wrong shape used to report nothing)."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except OSError as e:
+        raise FileNotFoundError(f"{p}: cannot read ({e.strerror})") from e
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{p}: line {e.lineno}: not valid JSON ({e.msg})") from e
+    points = data.get("points") if isinstance(data, dict) and "points" in data else data
+    if not isinstance(points, dict) or not points or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in points.items()):
+        raise ValueError(f"{p}: expected operating points as {{policy: setting}} (e.g. {{\"damc\": \"1024/k4\"}}), "
+                         f"or a study's {{\"chosen_on\": ..., \"points\": {{...}}}}; got {str(data)[:120]}")
+    return points
+
+
 def _plain_settings(results: dict[str, Any]) -> list[str]:
     """The settings that are a budget alone, in each rendering run: `1024`, `512`, and `1024/fields` when the
     prompts were rendered with field lines (`render=[fields]`) — not the top-k / threshold points."""
