@@ -26,7 +26,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from damc.eval.results import budget_of
+from damc.eval.results import plain_setting_of, setting_order
 
 #: the study's targets (issue "labels", A/B through the runtime); change them here, not in the checks.
 TARGETS = {"gain_vs_window": 0.15, "token_ratio_vs_window": 1.0, "gap_to_oracle": 0.05, "key_hit": 0.90,
@@ -72,9 +72,8 @@ def load_operating(path: str | Path) -> dict[str, str]:
 def _plain_settings(results: dict[str, Any]) -> list[str]:
     """The settings that are a budget alone, in each rendering run: `1024`, `512`, and `1024/fields` when the
     prompts were rendered with field lines (`render=[fields]`) — not the top-k / threshold points."""
-    out = {str(e["setting"]) for e in results["policies"].values()
-           if all(part in _renders() for part in str(e["setting"]).split("/")[1:])}
-    return sorted(out, key=lambda s: (int(budget_of(s)) if budget_of(s).isdigit() else float("inf"), s))
+    out = {str(e["setting"]) for e in results["policies"].values()}
+    return sorted((s for s in out if plain_setting_of(s) == s), key=setting_order)
 
 
 def _policies(results: dict[str, Any]) -> list[str]:
@@ -122,7 +121,6 @@ def check_point(results: dict[str, Any], key: str) -> dict[str, Any] | None:
     e = P.get(key)
     if e is None:
         return None
-    b = budget_of(e["setting"])
     row: dict[str, Any] = {"key": key, "setting": e["setting"], "accuracy": e["accuracy"]}
     p = pair.get(key)
     if p and _ok(p.get("accuracy_delta")):
@@ -132,7 +130,7 @@ def check_point(results: dict[str, Any], key: str) -> dict[str, Any] | None:
                           and p["prompt_token_ratio"] <= TARGETS["token_ratio_vs_window"] + EPS)
     else:
         row.update(delta_vs_window=None, delta_ci=None, token_ratio=None, gain_ok=None)
-    rendered = b + "".join(f"/{r}" for r in str(e["setting"]).split("/")[1:] if r in _renders())   # 1024/fields
+    rendered = plain_setting_of(e["setting"])   # 1024/k4/fields → 1024/fields
     lex = P.get(f"{TARGETS['lexical']}@{e['setting']}") or P.get(f"{TARGETS['lexical']}@{rendered}")
     row["lexical_accuracy"] = lex["accuracy"] if lex else None
     row["lexical_ok"] = e["accuracy"] >= lex["accuracy"] - EPS if lex else None
@@ -143,14 +141,6 @@ def check_point(results: dict[str, Any], key: str) -> dict[str, Any] | None:
     row["key_hit_ok"] = e["key_hit"] >= TARGETS["key_hit"] - EPS if _ok(e.get("key_hit")) else None
     row["confuser_ok"] = e["confuser_rate"] <= TARGETS["confuser_rate"] + EPS if _ok(e.get("confuser_rate")) else None
     return row
-
-
-def _renders() -> tuple[str, ...]:
-    """The prompt renderings a setting can name (`damc.eval.policy_base.RENDERS`; imported late: it loads the
-    runtime's compressors, which a report does not otherwise need)."""
-    from damc.eval.policy_base import RENDERS
-
-    return RENDERS
 
 
 def check_targets(results: dict[str, Any], policy: str = "damc", operating: str | None = None) -> list[dict[str, Any]]:

@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -41,6 +42,15 @@ def budget_of(setting: str) -> str:
     return str(setting).split("/")[0]
 
 
+_SELECTION_PART = re.compile(r"[kt]-?[0-9.]+(?:e[-+]?[0-9]+)?")   # `k4`, `t0.05`, `t1e-05` (Setting.key's parts)
+
+
+def plain_setting_of(setting: str) -> str:
+    """The budget with its rendering, without the selection (top-k / threshold): `"1024/k4/fields"` →
+    `"1024/fields"`, `"1024/t0.05"` → `"1024"` — the setting whose `bm25` / `oracle` a point is compared with."""
+    return "/".join(p for p in str(setting).split("/") if not _SELECTION_PART.fullmatch(p))
+
+
 def aggregate(records: Iterable[dict[str, Any]], decision_ids: Sequence[str], policies: Sequence[str],
               config: dict[str, Any], *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
     """results.json from records: one entry per `policy@setting`, paired deltas vs `window@budget`."""
@@ -52,7 +62,7 @@ def aggregate(records: Iterable[dict[str, Any]], decision_ids: Sequence[str], po
     budgets = sorted({budget_of(s) for (_, s) in by if s != NO_BUDGET}, key=int)
     res: dict[str, Any] = {"policies": {}, "paired": {}, "config": config}
     for name in dict.fromkeys(policies):
-        settings = sorted({s for (n, s) in by if n == name}, key=_setting_order)
+        settings = sorted({s for (n, s) in by if n == name}, key=setting_order)
         if settings == [NO_BUDGET]:
             settings = budgets  # a budget-free policy stands at every budget
         for s in settings:
@@ -69,7 +79,8 @@ def aggregate(records: Iterable[dict[str, Any]], decision_ids: Sequence[str], po
     return res
 
 
-def _setting_order(s: str) -> tuple:
+def setting_order(s: str) -> tuple:
+    """Sort key: by numeric budget (a budget-free setting last), plain before its sweep points."""
     parts = s.split("/")
     return (int(parts[0]) if parts[0].isdigit() else 1 << 40, len(parts), s)
 
@@ -138,7 +149,7 @@ def results_table(results: dict[str, Any]) -> str:
             "| key hit | key recall | candidate recall | confuser rate | value recall | all values | prompt confuser "
             "| overhead ms p50 | LLM ms p50 | n | failed |",
             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    entries = sorted(results["policies"].items(), key=lambda kv: (kv[1]["budget"], _setting_order(kv[1]["setting"]),
+    entries = sorted(results["policies"].items(), key=lambda kv: (kv[1]["budget"], setting_order(kv[1]["setting"]),
                                                                  kv[0]))
     front = set(results.get("pareto") or [])
     for key, e in entries:
