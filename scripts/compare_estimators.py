@@ -1,12 +1,13 @@
 """Compare teacher estimators (and teachers) on the same decisions: key-card hit@1/@3, agreement, cost.
 
-    python scripts/compare_estimators.py EPISODES.jsonl [--estimators loo loi loo_loi grouped_loo ablation]
+    python scripts/compare_estimators.py EPISODES.jsonl [--estimators loo loi loi_margin loo_loi grouped_loo ablation]
         [--teacher smollm2-135m] [--render template|fields] [--decisions 40] [--seed 0] [--json OUT.json]
         [--against OTHER.json:loi]
     python scripts/compare_estimators.py --labels LABELS     # hit@1 / hit@3 of an existing label set
 
 Each decision's candidates are the runtime's (the labels' candidate set); prints the Markdown tables of
-docs/teacher.md. `--against RUN.json:EST` adds each estimator's agreement (Spearman, same top card) with
+docs/teacher.md — key-card hit@1/@3 and, where a candidate holds a rival action's value, confuser@1 (the best card
+is such a look-alike) and key > confuser. `--against RUN.json:EST` adds each estimator's agreement (Spearman, same top card) with
 estimator EST of another run (e.g. the 1.5B reference teacher on the same decisions). The work is in
 `damc.teacher.compare`.
 """

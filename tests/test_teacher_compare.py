@@ -84,3 +84,24 @@ def test_one_decision_with_the_real_teacher():
     assert any(row["is_key"]) and len(row["deltas"]["loi"]) == len(row["card_ids"]) >= 2
     assert np.isfinite(row["deltas"]["loi"]).all() and row["forward_tokens"]["loi"] > 0
     assert res["summary"]["loi"]["hit@1"] in (0.0, 1.0) and res["teacher"] == "smollm2-135m"
+
+
+def test_confuser_precision_per_estimator():
+    """confuser@1 and key > confuser are counted over the decisions with a key card and a confuser card only."""
+    from damc.teacher.compare import summarize
+
+    def row(did, deltas, is_key, is_conf):
+        return {"decision_id": did, "card_ids": [f"c{i}" for i in range(len(is_key))], "is_key": is_key,
+                "is_confuser": is_conf, "key_in_window": True, "deltas": {"e": deltas}, "seconds": {"e": 1.0},
+                "forward_tokens": {"e": 10}}
+
+    per = [row("a", [0.9, 0.1, 0.0], [False, True, False], [True, False, False]),   # confuser first
+           row("b", [0.1, 0.8, 0.0], [False, True, False], [True, False, False]),   # key above the confuser
+           row("c", [0.9, 0.1, 0.0], [False, True, False], [False, False, False]),  # no confuser card: not counted
+           row("d", [0.9, 0.1], [False, False], [True, False])]                     # no key card: not counted
+    s = summarize(per, ["e"])
+    assert s["with_confuser"] == 2
+    assert s["e"]["confuser@1"] == 0.5 and s["e"]["key>confuser"] == 0.5
+    del per[0]["is_confuser"], per[1]["is_confuser"]          # rows of runs before the confuser columns
+    old = summarize(per, ["e"])
+    assert old["with_confuser"] == 0 and old["e"]["confuser@1"] is None

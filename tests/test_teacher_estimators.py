@@ -231,3 +231,57 @@ def test_fields_render_gives_the_fields_lines_and_the_same_prompt_algebra(teache
         assert "".join(ctx.segments(keep=keep)) == format_prompt(teacher32.tokenizer, ctx.messages(keep))
     with pytest.raises(ValueError, match="teacher render must be one of"):
         LeaveOneIn(render="raw")
+
+
+def _look_alike_decision():
+    """A decision whose gold uses order 88412 while a look-alike card lists the caller's other order, 77301 — the
+    value the episode's recorded rival (`distractors`) uses."""
+    from damc.data.episodes import Episode
+
+    def call(i, name, args):
+        return {"role": "assistant", "content": None, "tool_calls": [{"id": f"c{i}", "type": "function", "function": {
+            "name": name, "arguments": json.dumps(args)}}]}
+    tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": {}}}}
+             for n in ("get_order", "get_customer", "get_weather")]
+    msgs = [{"role": "system", "content": "You are a support agent. Call tools as name(arg=value)."},
+            {"role": "user", "content": "Hi, this is Ann Lee. My parcel never arrived."},
+            call(2, "get_customer", {"name": "Ann Lee"}),
+            {"role": "tool", "tool_call_id": "c2", "content": json.dumps({"customer_id": "C-7", "last_order": "88412"})},
+            {"role": "user", "content": "My sister Eve ordered too."},
+            call(5, "get_customer", {"name": "Eve Lee"}),
+            {"role": "tool", "tool_call_id": "c5", "content": json.dumps({"customer_id": "C-9", "last_order": "77301"})},
+            {"role": "user", "content": "What is the weather in Paris?"},
+            call(8, "get_weather", {"city": "Paris"}),
+            {"role": "tool", "tool_call_id": "c8", "content": json.dumps({"city": "Paris", "sky": "sunny"})},
+            {"role": "user", "content": "Thanks. Now please look up my own last order."},
+            call(11, "get_order", {"order_id": "88412"})]
+    rivals = ['get_order(order_id="77301")', 'get_weather(city="Paris")']
+    ep = Episode("lookalike", msgs, "test", tools, distractors={"11": rivals})
+    return [dp for dp in decision_points(ep) if dp.index == 11][0], rivals
+
+
+def test_loi_margin_takes_a_look_alikes_credit_away(teacher32):
+    """`loi_margin` is `loi` minus how much the card raises the rivals: the card with the rival's order id loses
+    what `loi` gave it (it raises the rival more than the gold), the card with the gold's id keeps its credit."""
+    from damc.teacher.estimators import ESTIMATORS, LeaveOneInMargin
+
+    dp, rivals = _look_alike_decision()
+    cards = candidate_cards(dp, teacher32.tokenizer)
+    gold_card = next(i for i, c in enumerate(cards) if "88412" in c.raw_text)
+    look = next(i for i, c in enumerate(cards) if "77301" in c.raw_text)
+    est = ESTIMATORS["loi_margin"]()
+    assert isinstance(est, LeaveOneInMargin) and est.distractors(dp) == rivals
+    res = est.estimate(teacher32, dp, cards)
+    loi = LeaveOneIn().estimate(teacher32, dp, cards)
+    np.testing.assert_allclose(res.extra["loi"], loi.deltas, atol=1e-4)
+    np.testing.assert_allclose(res.deltas, np.array(res.extra["loi"]) - res.extra["rival_shift"], atol=1e-9)
+    np.testing.assert_allclose(res.deltas, (res.logp_with - res.logp_without) / res.n_action_tokens, atol=1e-9)
+    assert res.extra["distractors"] == rivals
+    assert res.n_forward == (len(cards) + 1) * (1 + len(rivals))
+    # the look-alike raises its rival: its margin value is below its loi value, and below the gold card's
+    assert res.extra["rival_shift"][look] > 0 and res.deltas[look] < loi.deltas[look]
+    assert res.deltas[gold_card] > res.deltas[look]
+    # no rival at all: plain loi
+    bare = LeaveOneInMargin(n_distractors=0).estimate(teacher32, dp, cards)
+    np.testing.assert_allclose(bare.deltas, loi.deltas, atol=1e-4)
+    assert bare.extra["distractors"] == []

@@ -66,6 +66,19 @@ def test_ablation_estimator_through_config(episodes_file, tmp_path):
     assert set(ds["estimator"]) == {"ablation"} and s["forward_passes"] == 5 * s["decisions"]
 
 
+def test_loi_margin_estimator_through_config(episodes_file, tmp_path):
+    """`estimator=loi_margin` labels the same cards as `loi`, with the rivals' shift taken off each delta."""
+    opts = ["max_decisions=3", "data.tool_calls_only=true"]
+    main(cfg_for(episodes_file, tmp_path / "loi", *opts))
+    s = main(cfg_for(episodes_file, tmp_path / "margin", "estimator=loi_margin", *opts))
+    loi, margin = load_labels(tmp_path / "loi").to_pandas(), load_labels(tmp_path / "margin").to_pandas()
+    assert set(margin["estimator"]) == {"loi_margin"} and s["decisions"] >= 1
+    assert list(zip(margin["decision_id"], margin["card_id"])) == list(zip(loi["decision_id"], loi["card_id"]))
+    np.testing.assert_allclose(margin["delta"], (margin["logp_full"] - margin["logp_without"]) / margin["n_action_tokens"])
+    np.testing.assert_allclose(margin["logp_full"], loi["logp_full"], atol=1e-2)    # the gold with each card alone
+    assert np.abs(margin["delta"].to_numpy() - loi["delta"].to_numpy()).max() > 1e-3   # the rivals moved the values
+
+
 @pytest.mark.slow
 def test_resume_after_sigkill_gives_the_uninterrupted_rows(tmp_path):
     from damc.data.synthetic import generate_episodes

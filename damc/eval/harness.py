@@ -44,10 +44,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from damc.cards import Card, cards_before, encode_episode, token_counter
-from damc.data.episodes import DecisionPoint, Episode, decision_points, iter_scalars, load_episodes, make_distractors
-from damc.eval.metrics import exact_match, multiple_choice, parse_action, prompt_values
+from damc.data.episodes import DecisionPoint, Episode, decision_points, load_episodes, make_distractors
+from damc.eval.metrics import exact_match, multiple_choice, prompt_values
 from damc.eval.policies import (POLICIES, CardPolicy, DecisionView, GoldView, Policy, PolicyEnv, PolicyOutput, Setting,
-                                gold_values, holds_any, make_policy)
+                                confuser_values, gold_values, holds_any, make_policy)
 from damc.eval.records import RecordLog, fingerprints
 from damc.eval.results import NO_BUDGET, aggregate, results_table, write_results
 from damc.prompting import action_text, format_prompt
@@ -177,16 +177,7 @@ class Decision:
 
     def confuser_values(self) -> list[str]:
         """Argument values of the distractors that the gold does not use (an id, a team, a code)."""
-        gold = set(gold_values(self.dp.gold))
-        out: list[str] = []
-        for d in self.distractors:
-            calls = parse_action(d)
-            for _, args in calls if isinstance(calls, list) else []:
-                for x in iter_scalars(args):
-                    s = str(x).strip()
-                    if len(s) >= 2 and s not in gold and s not in out:
-                        out.append(s)
-        return out
+        return confuser_values(self.dp.gold, self.distractors)
 
 
 def select_decisions(episodes: Sequence[Episode], cfg: Any, count_tokens: Any) -> list[Decision]:

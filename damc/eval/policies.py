@@ -367,6 +367,23 @@ def gold_values(gold: dict[str, Any]) -> list[str]:
     return vals
 
 
+def confuser_values(gold: dict[str, Any], distractors: Sequence[str]) -> list[str]:
+    """Argument values of the `distractors` (rendered actions) that the `gold` action does not use — an id, a
+    team, a code: a card holding one of them is a look-alike of what the decision needs."""
+    from damc.eval.metrics import parse_action
+
+    used = set(gold_values(gold))
+    out: list[str] = []
+    for d in distractors:
+        calls = parse_action(d)
+        for _, args in calls if isinstance(calls, list) else []:
+            for x in iter_scalars(args):
+                s = str(x).strip()
+                if len(s) >= 2 and s not in used and s not in out:
+                    out.append(s)
+    return out
+
+
 def holds_any(text: str, values: Sequence[str]) -> bool:
     """True when `text` contains one of `values` as a whole token (not inside a longer word or number)."""
     return any(re.search(rf"(?<![\w]){re.escape(v)}(?![\w])", text) for v in values)

@@ -79,6 +79,20 @@ class Teacher(ABC):
         array per variant, and the cost.
         """
 
+    def score_variant_actions(self, variants: Sequence[Sequence[str]], actions: Sequence[str]
+                              ) -> tuple[list[list[np.ndarray]], ScoreStats]:
+        """Per-token log-probs of every action after every variant: `out[a][v]` is `(n_tokens of action a,)`.
+        Default: one `score_segment_variants` call per action; `HFTeacher` runs each variant's context once and
+        the actions on top of it."""
+        out, stats = [], ScoreStats()
+        for a in actions:
+            lps, st = self.score_segment_variants(variants, a, reuse=True)
+            out.append(lps)
+            stats.n_forward += st.n_forward
+            stats.n_forward_tokens += st.n_forward_tokens
+            stats.n_naive_tokens += st.n_naive_tokens
+        return out, stats
+
     def log_probs(self, contexts: Sequence[Sequence[dict]], action: str) -> list[np.ndarray]:
         """`log_prob` for several contexts and one action (batched; shared prefixes reused)."""
         # tokenizer None (a server teacher without a local tokenizer): the plain fallback template
@@ -183,6 +197,25 @@ class HFTeacher(Teacher):
             raise ValueError("the action is empty: nothing to score")
         rows = [(self.segment_ids(v) + act, len(act)) for v in variants]
         return self.score_rows(rows, reuse=reuse)
+
+    def score_variant_actions(self, variants: Sequence[Sequence[str]], actions: Sequence[str]
+                              ) -> tuple[list[list[np.ndarray]], ScoreStats]:
+        """Per variant, its context runs once (on top of the whole blocks it shares with the previous variant's)
+        and every action after it: a rival costs its own tokens, not the context again."""
+        acts = [self.encode(a) for a in actions]
+        if not acts or any(not a for a in acts):
+            raise ValueError("an action is empty: nothing to score")
+        out: list[list[np.ndarray]] = [[] for _ in acts]
+        stats = ScoreStats()
+        for v in variants:
+            ctx = self.segment_ids(v)
+            lps, st = self.score_rows([(ctx + a, len(a)) for a in acts], reuse=True)
+            for j, lp in enumerate(lps):
+                out[j].append(lp)
+            stats.n_forward += st.n_forward
+            stats.n_forward_tokens += st.n_forward_tokens
+            stats.n_naive_tokens += st.n_naive_tokens
+        return out, stats
 
     def log_prob_many(self, context_messages: Sequence[dict], actions: Sequence[str]) -> list[np.ndarray]:
         ctx = self.segment_ids(prompt_segments(self.tokenizer, list(context_messages)))

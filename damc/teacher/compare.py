@@ -7,6 +7,11 @@ teacher. Per estimator: **hit@1 / hit@3** (a key card is the estimator's best / 
 decisions whose key card reached the candidate set), forward tokens and seconds per decision; between
 estimators: the mean per-decision Spearman and the share of decisions with the same top card. Also reported:
 how often a key card is labelled at all — by the runtime's candidate set versus the old newest-12 window.
+Precision: a *confuser card* is a candidate that is not a key card but holds an argument value of one of the
+decision's rivals that the gold does not use (`damc.eval.policies.confuser_values` over `make_distractors`, the
+harness's rivals: the caller's other order, a look-alike id); per estimator, over the decisions with key cards and at
+least one confuser card, **confuser@1** (the estimator's best card is a confuser card) and **key > confuser** (the
+best key card is valued above every confuser card).
 
 Several runs (e.g. SmolLM2 and Qwen2.5-Coder-1.5B on the same decisions) are compared with `agreement(a, b)`.
 
@@ -82,6 +87,8 @@ def compare(episodes: Sequence[Episode], teacher: Any, estimators: Sequence[str]
     of labelling them again."""
     from tqdm import tqdm
 
+    from damc.data.episodes import make_distractors
+    from damc.eval.policies import confuser_values, holds_any
     from damc.teacher.candidates import RuntimeCandidates
     from damc.teacher.context import candidate_cards
     from damc.teacher.estimators import ESTIMATORS
@@ -102,8 +109,11 @@ def compare(episodes: Sequence[Episode], teacher: Any, estimators: Sequence[str]
         cards = runtime.at(dp)
         keys = set(dp.key_card_ids)
         newest = [c.card_id for c in candidate_cards(dp)][-OLD_WINDOW:]
+        conf = confuser_values(dp.gold, make_distractors(dp.episode, dp.index))
         row: dict[str, Any] = {"decision_id": dp.decision_id, "card_ids": [c.card_id for c in cards],
                                "is_key": [c.card_id in keys for c in cards], "key_in_window": bool(keys & set(newest)),
+                               "is_confuser": [c.card_id not in keys and bool(conf) and holds_any(c.raw_text, conf)
+                                               for c in cards],
                                "deltas": {}, "seconds": {}, "forward_tokens": {}}
         raw: dict[str, np.ndarray] = {}
         for name, est in ests.items():
@@ -133,14 +143,19 @@ def compare(episodes: Sequence[Episode], teacher: Any, estimators: Sequence[str]
 def summarize(per: Sequence[dict[str, Any]], estimators: Sequence[str]) -> dict[str, Any]:
     """Hit rates, cost and pairwise agreement from `compare`'s per-decision rows."""
     keyed = [r for r in per if any(r["is_key"])]
+    confused = [r for r in keyed if any(r.get("is_confuser") or [])]   # rows of runs before 2026-12-04 lack it
     out: dict[str, Any] = {"decisions": len(per), "key_in_candidates": len(keyed),
-                           "key_in_old_window": sum(r["key_in_window"] for r in per)}
+                           "key_in_old_window": sum(r["key_in_window"] for r in per), "with_confuser": len(confused)}
     for name in estimators:
         rows = [r for r in keyed if name in r["deltas"]]
         out[name] = {"hit@1": float(np.mean([hit_at_k(r["deltas"][name], r["is_key"], 1) for r in rows])) if rows
                      else None,
                      "hit@3": float(np.mean([hit_at_k(r["deltas"][name], r["is_key"], 3) for r in rows])) if rows
                      else None,
+                     "confuser@1": _rate([_confuser_first(r["deltas"][name], r["is_confuser"])
+                                          for r in confused if name in r["deltas"]]),
+                     "key>confuser": _rate([_key_above_confuser(r["deltas"][name], r["is_key"], r["is_confuser"])
+                                            for r in confused if name in r["deltas"]]),
                      "seconds_per_decision": float(np.mean([r["seconds"][name] for r in per if name in r["seconds"]]
                                                            or [np.nan])),
                      "forward_tokens_per_decision": float(np.mean([r["forward_tokens"][name] for r in per
@@ -151,6 +166,21 @@ def summarize(per: Sequence[dict[str, Any]], estimators: Sequence[str]) -> dict[
             pairs[f"{a}~{b}"] = pair_agreement([r["deltas"].get(a) for r in per], [r["deltas"].get(b) for r in per])
     out["agreement"] = pairs
     return out
+
+
+def _rate(xs: Sequence[bool]) -> float | None:
+    return float(np.mean(xs)) if xs else None
+
+
+def _confuser_first(deltas: Sequence[float], is_confuser: Sequence[bool]) -> bool:
+    """Whether the highest-valued card is a confuser card."""
+    return bool(is_confuser[int(np.argmax(deltas))])
+
+
+def _key_above_confuser(deltas: Sequence[float], is_key: Sequence[bool], is_confuser: Sequence[bool]) -> bool:
+    """Whether the best key card is valued strictly above every confuser card."""
+    d = np.asarray(deltas, dtype=float)
+    return bool(d[np.asarray(is_key, bool)].max() > d[np.asarray(is_confuser, bool)].max())
 
 
 def pair_agreement(a: Sequence[Sequence[float] | None], b: Sequence[Sequence[float] | None]) -> dict[str, Any]:
@@ -198,12 +228,15 @@ def markdown(res: dict[str, Any]) -> str:
     s = res["summary"]
     lines = [f"teacher `{res['teacher']}` reading `{res.get('render', 'template')}` lines, {s['decisions']} decisions with key cards; a key card in the runtime's "
              f"candidate set: {s['key_in_candidates']} ({s['key_in_candidates'] / max(s['decisions'], 1):.0%}); in the "
-             f"old newest-{OLD_WINDOW} window: {s['key_in_old_window']} ({s['key_in_old_window'] / max(s['decisions'], 1):.0%})",
-             "", "| estimator | hit@1 | hit@3 | forward tokens / decision | seconds / decision |", "|---|---:|---:|---:|---:|"]
+             f"old newest-{OLD_WINDOW} window: {s['key_in_old_window']} ({s['key_in_old_window'] / max(s['decisions'], 1):.0%})"
+             f"; {s.get('with_confuser', 0)} of those with a confuser card among the candidates",
+             "", "| estimator | hit@1 | hit@3 | confuser@1 | key > confuser | forward tokens / decision | "
+             "seconds / decision |", "|---|---:|---:|---:|---:|---:|---:|"]
     for name in res["estimators"]:
         e = s[name]
         f = (lambda x, d=2: "–" if x is None or x != x else f"{x:.{d}f}")
-        lines.append(f"| {name} | {f(e['hit@1'])} | {f(e['hit@3'])} | {f(e['forward_tokens_per_decision'], 0)} | "
+        lines.append(f"| {name} | {f(e['hit@1'])} | {f(e['hit@3'])} | {f(e.get('confuser@1'))} | "
+                     f"{f(e.get('key>confuser'))} | {f(e['forward_tokens_per_decision'], 0)} | "
                      f"{f(e['seconds_per_decision'], 1)} |")
     if s["agreement"]:
         lines += ["", "| pair | Spearman (mean [95 % CI]) | same top card |", "|---|---|---:|"]

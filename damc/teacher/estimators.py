@@ -8,6 +8,11 @@ removal *raises* the gold's log-prob is harmful and keeps its negative value.
   runs once with a KV cache and each variant reuses everything before card i (only the suffix runs).
 * `LeaveOneIn` (`loi`, sufficiency) — `logp(a | card i alone) − logp(a | no card)`: short contexts that share the
   system/tools prefix, batched; a fact repeated in three cards gets credit in each (leave-one-out gives none).
+* `LeaveOneInMargin` (`loi_margin`, sufficiency for the *choice*) — how much card i alone raises the gold action
+  over its look-alike rivals: `m(card i alone) − m(no card)` with `m = ℓ(gold) − log Σ_d exp ℓ(d)`, ℓ the mean
+  per-token log-prob of an action and d the decision's distractors (`damc.data.episodes.make_distractors`: the same
+  tool with another value the trace holds — the harness's multiple-choice rivals). A card that raises a rival as
+  much as the gold (a sibling order, a look-alike id) gets ~0; one that raises a rival more is negative.
 * `LooLoi` (`loo_loi`) — the mean of the two: the two ends of a Shapley permutation (card added first, last).
 * `GroupedLeaveOneOut` (`grouped_loo`) — card i leaves with every card repeating one of its critical atoms.
 * `AblationLasso` (`ablation`) — random keep-masks and a Lasso surrogate; cost independent of the card count.
@@ -156,6 +161,67 @@ class LeaveOneIn(Estimator):
         return self._result(ctx, logps, stats, [lp.sum() for lp in logps[1:]], np.full(n, none), logp_none=none)
 
 
+class LeaveOneInMargin(Estimator):
+    """Leave-one-in on the gold's margin over its rivals: each card alone against no card, scored on
+    `m = ℓ(gold) − log Σ_d exp ℓ(d)` (ℓ: mean per-token log-prob; d: the decision's distractors), so the delta is
+    in nats per token like `loi`'s and `loi`'s own delta is `extra["loi"]`. A card valued by `loi` because it
+    holds *an* id of the right kind — the caller's other order, a look-alike flight — raises the distractor that
+    uses that id as well, and loses that credit here; a card that raises a rival more than the gold is harmful
+    (negative). Each short context runs once and every action after it (`Teacher.score_variant_actions`), so a
+    rival costs its own tokens; `HFTeacher` reuses whole 256-token blocks between contexts where `loi` reuses the
+    exact shared prefix, so the cost is 1–2× `loi`'s.
+
+    The rivals are built from the decision's own trace (`make_distractors`: the episode's recorded distractors
+    when it has them, else the same tool with another value of the same kind seen in the episode, then other
+    tools), so any logged trajectory can be labelled this way; the A/B harness scores decisions against rivals
+    built the same way. A decision without any rival falls back to `loi` (`extra["distractors"]` is empty).
+
+    Args:
+        n_distractors: rivals per decision (the harness's default, 3).
+        seed: `make_distractors`' seed (the harness's default, 0).
+        max_context_tokens, render: see `Estimator`.
+    """
+
+    name = "loi_margin"
+
+    def __init__(self, n_distractors: int = 3, seed: int = 0, **limits: Any):
+        super().__init__(**limits)
+        self.n_distractors, self.seed = int(n_distractors), int(seed)
+
+    def distractors(self, decision_point: DecisionPoint) -> list[str]:
+        """The rival actions of a decision (rendered like the gold's action text)."""
+        from damc.data.episodes import make_distractors
+
+        return make_distractors(decision_point.episode, decision_point.index, n=self.n_distractors, seed=self.seed)
+
+    def estimate_context(self, teacher: Any, ctx: DecisionContext) -> EstimateResult:
+        n = len(ctx.cards)
+        variants = [ctx.segments(keep=[])] + [ctx.segments(keep=[i]) for i in range(n)]
+        limit = getattr(teacher, "max_context_tokens", None)
+        longest = max(teacher.count_tokens("".join(v)) for v in variants)
+        rivals: list[str] = []
+        for d in self.distractors(ctx.decision):
+            if not d.strip() or d == ctx.action or d in rivals:
+                continue
+            if limit and longest + teacher.count_tokens(d) > limit:   # said, not silently skipped
+                logger.warning("loi_margin: rival %r of %s left out: longer than the teacher window allows",
+                               d[:60], ctx.decision.decision_id)
+                continue
+            rivals.append(d)
+        lps, stats = teacher.score_variant_actions(variants, [ctx.action, *rivals])
+        means = np.array([[float(np.mean(lp)) for lp in per_action] for per_action in lps])  # (1 + rivals, n + 1)
+        gold = means[0]   # no card, then each card alone
+        rival = np.logaddexp.reduce(means[1:], axis=0) if rivals else np.zeros(n + 1)
+        margin = gold - rival
+        n_act = int(len(lps[0][0]))
+        deltas = margin[1:] - margin[0]
+        with_ = np.array([float(lp.sum()) for lp in lps[0][1:]])
+        return EstimateResult(deltas, with_, with_ - deltas * n_act, stats.n_forward, stats.n_forward_tokens, n_act,
+                              {"naive_tokens": stats.n_naive_tokens, "dropped": ctx.dropped,
+                               "loi": (gold[1:] - gold[0]).tolist(), "rival_shift": (rival[1:] - rival[0]).tolist(),
+                               "distractors": rivals, "margin_none": float(margin[0])})
+
+
 class LooLoi(Estimator):
     """The mean of the per-token `loo` and `loi` deltas: a card's marginal value added last and added first (the two
     ends of a Shapley permutation). Costs both.
@@ -256,5 +322,5 @@ class AblationLasso(Estimator):
                             r2=float(fit.score(x, y)), intercept=float(fit.intercept_))
 
 
-ESTIMATORS = {"loo": LeaveOneOut, "loi": LeaveOneIn, "loo_loi": LooLoi, "grouped_loo": GroupedLeaveOneOut,
+ESTIMATORS = {"loo": LeaveOneOut, "loi": LeaveOneIn, "loi_margin": LeaveOneInMargin, "loo_loi": LooLoi, "grouped_loo": GroupedLeaveOneOut,
               "ablation": AblationLasso}
