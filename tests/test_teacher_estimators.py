@@ -127,13 +127,18 @@ def test_window_drops_the_oldest_lines_with_a_warning(teacher32, caplog):
     assert res.extra["dropped"] == [cards[0].card_id]
 
 
+def _call(i, name, args):
+    return {"role": "assistant", "content": None, "tool_calls": [{"id": f"c{i}", "type": "function", "function": {
+        "name": name, "arguments": json.dumps(args)}}]}
+
+
+_TOOLS = [{"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": {}}}}
+          for n in ("get_order", "get_customer", "get_weather")]
+
+
 def _duplicated_fact_decision():
     """A decision whose key fact (order 88412) sits in two cards; other cards are noise."""
-    def call(i, name, args):
-        return {"role": "assistant", "content": None, "tool_calls": [{"id": f"c{i}", "type": "function", "function": {
-            "name": name, "arguments": json.dumps(args)}}]}
-    tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": {}}}}
-             for n in ("get_order", "get_customer", "get_weather")]
+    call, tools = _call, _TOOLS
     msgs = [{"role": "system", "content": "You are a support agent. Call tools as name(arg=value)."},
             {"role": "user", "content": "Hi, this is Ann Lee."},
             call(2, "get_customer", {"name": "Ann Lee"}),
@@ -238,11 +243,7 @@ def _look_alike_decision():
     value the episode's recorded rival (`distractors`) uses."""
     from damc.data.episodes import Episode
 
-    def call(i, name, args):
-        return {"role": "assistant", "content": None, "tool_calls": [{"id": f"c{i}", "type": "function", "function": {
-            "name": name, "arguments": json.dumps(args)}}]}
-    tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": {}}}}
-             for n in ("get_order", "get_customer", "get_weather")]
+    call, tools = _call, _TOOLS
     msgs = [{"role": "system", "content": "You are a support agent. Call tools as name(arg=value)."},
             {"role": "user", "content": "Hi, this is Ann Lee. My parcel never arrived."},
             call(2, "get_customer", {"name": "Ann Lee"}),

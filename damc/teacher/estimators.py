@@ -198,7 +198,8 @@ class LeaveOneInMargin(Estimator):
         n = len(ctx.cards)
         variants = [ctx.segments(keep=[])] + [ctx.segments(keep=[i]) for i in range(n)]
         limit = getattr(teacher, "max_context_tokens", None)
-        longest = max(teacher.count_tokens("".join(v)) for v in variants)
+        ids = getattr(teacher, "segment_ids", None)   # HFTeacher: per-segment token ids, cached
+        longest = max(len(ids(v)) if ids else teacher.count_tokens("".join(v)) for v in variants)
         rivals: list[str] = []
         for d in self.distractors(ctx.decision):
             if not d.strip() or d == ctx.action or d in rivals:
