@@ -88,9 +88,7 @@ class Teacher(ABC):
         for a in actions:
             lps, st = self.score_segment_variants(variants, a, reuse=True)
             out.append(lps)
-            stats.n_forward += st.n_forward
-            stats.n_forward_tokens += st.n_forward_tokens
-            stats.n_naive_tokens += st.n_naive_tokens
+            stats += st
         return out, stats
 
     def log_probs(self, contexts: Sequence[Sequence[dict]], action: str) -> list[np.ndarray]:
@@ -212,20 +210,12 @@ class HFTeacher(Teacher):
             lps, st = self.score_rows([(ctx + a, len(a)) for a in acts], reuse=True)
             for j, lp in enumerate(lps):
                 out[j].append(lp)
-            stats.n_forward += st.n_forward
-            stats.n_forward_tokens += st.n_forward_tokens
-            stats.n_naive_tokens += st.n_naive_tokens
+            stats += st
         return out, stats
 
     def log_prob_many(self, context_messages: Sequence[dict], actions: Sequence[str]) -> list[np.ndarray]:
-        ctx = self.segment_ids(prompt_segments(self.tokenizer, list(context_messages)))
-        rows = []
-        for a in actions:
-            act = self.encode(a)
-            if not act:
-                raise ValueError("an action is empty: nothing to score")
-            rows.append((ctx + act, len(act)))
-        return self.score_rows(rows, reuse=True)[0]
+        lps, _ = self.score_variant_actions([prompt_segments(self.tokenizer, list(context_messages))], actions)
+        return [per_action[0] for per_action in lps]
 
     # -- the scoring engine
     def score_rows(self, rows: Sequence[tuple[list[int], int]], *,

@@ -169,7 +169,7 @@ class LeaveOneInMargin(Estimator):
     uses that id as well, and loses that credit here; a card that raises a rival more than the gold is harmful
     (negative). Each short context runs once and every action after it (`Teacher.score_variant_actions`), so a
     rival costs its own tokens; `HFTeacher` reuses whole 256-token blocks between contexts where `loi` reuses the
-    exact shared prefix, so the cost is 1–2× `loi`'s.
+    exact shared prefix, so the cost is 1–2× `loi`'s (1.0–1.5× measured, docs/teacher.md).
 
     The rivals are built from the decision's own trace (`make_distractors`: the episode's recorded distractors
     when it has them, else the same tool with another value of the same kind seen in the episode, then other
@@ -198,8 +198,7 @@ class LeaveOneInMargin(Estimator):
         n = len(ctx.cards)
         variants = [ctx.segments(keep=[])] + [ctx.segments(keep=[i]) for i in range(n)]
         limit = getattr(teacher, "max_context_tokens", None)
-        ids = getattr(teacher, "segment_ids", None)   # HFTeacher: per-segment token ids, cached
-        longest = max(len(ids(v)) if ids else teacher.count_tokens("".join(v)) for v in variants)
+        longest = max(sum(teacher.count_tokens(seg) for seg in v) for v in variants)
         rivals: list[str] = []
         for d in self.distractors(ctx.decision):
             if not d.strip() or d == ctx.action or d in rivals:
