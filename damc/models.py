@@ -249,11 +249,16 @@ def resolve_model(name_or_path: str) -> str:
     return str(_converted_gguf(name_or_path, _packaged_file(entry, name_or_path)))
 
 
-def _converted_gguf(name: str, gguf_path: Path) -> Path:
-    """Dequantise a GGUF into an HF directory under the cache, once (keyed by file size and mtime)."""
+def _gguf_cache_dir(name: str, gguf_path: Path) -> Path:
+    """Where `_converted_gguf` puts (or has put) the HF directory of a GGUF (keyed by file size and mtime)."""
     st = gguf_path.stat()
     key = hashlib.sha1(f"{gguf_path.resolve()}|{st.st_size}|{int(st.st_mtime)}".encode()).hexdigest()[:10]
-    out = cache_dir() / "models" / f"{name}-{key}"
+    return cache_dir() / "models" / f"{name}-{key}"
+
+
+def _converted_gguf(name: str, gguf_path: Path) -> Path:
+    """Dequantise a GGUF into an HF directory under the cache, once (keyed by file size and mtime)."""
+    out = _gguf_cache_dir(name, gguf_path)
     if (out / "config.json").exists() and (out / "tokenizer_config.json").exists():
         return out
     from damc.extras import requires
@@ -324,8 +329,9 @@ def pick_dtype(dtype: str = "auto", device: str = "cpu") -> Any:
 
 @functools.lru_cache(maxsize=8)
 def load_tokenizer(name_or_path: str) -> Any:
-    """The Hugging Face tokenizer of a model (cached per process). A registry GGUF's tokenizer is read from the
-    file's metadata (the weights are neither loaded nor converted); `damc.tokens.load_token_counter` gives the
+    """The Hugging Face tokenizer of a model (cached per process). A registry GGUF's tokenizer comes from its
+    converted directory once a model load has made it (`tokenizer.json`: milliseconds), else from the file's
+    metadata (seconds; the weights are neither loaded nor converted); `damc.tokens.load_token_counter` gives the
     same counts without transformers."""
     from damc.extras import requires
 
@@ -335,7 +341,11 @@ def load_tokenizer(name_or_path: str) -> Any:
     entry = REGISTRY.get(name_or_path)
     if entry is not None and entry.kind == "gguf":
         gguf = packaged_path(name_or_path)
-        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        converted = _gguf_cache_dir(name_or_path, gguf)
+        if (converted / "tokenizer_config.json").exists():   # written by the conversion, from the same metadata
+            tok = AutoTokenizer.from_pretrained(str(converted))
+        else:
+            tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     else:
         tok = AutoTokenizer.from_pretrained(resolve_model(name_or_path))
     if tok.pad_token is None:

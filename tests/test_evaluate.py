@@ -82,7 +82,7 @@ def test_every_policy_end_to_end_writes_results_with_the_schema(pipeline, tmp_pa
     out = tmp_path / "eval"
     pol = "[" + ",".join(ALL_POLICIES) + "]"
     res = main(_eval_cfg(pipeline, out, f"policies={pol}", "budgets=[192]", "max_decisions=2",
-                         "data.tool_calls_only=true", "memory.max_candidates=6"))
+                         "data.tool_calls_only=true", "memory.max_candidates=4"))
     for f in ("results.json", "results.md", "pareto.png", "records.jsonl"):
         assert (out / f).stat().st_size > 0, f
     on_disk = json.loads((out / "results.json").read_text())
@@ -214,11 +214,13 @@ def test_a_killed_run_resumes_and_a_changed_setting_is_never_reused(pipeline, tm
 
 
 def test_sweeps_render_modes_and_variants_run_through_one_memory(pipeline, tmp_path):
+    """Every sweep setting is its own prompt from one memory (selection only: `score=false` builds the same prompts
+    as a scoring run — test_selection_only_… —, and the settings' operating points are tested in test_report)."""
     from damc.eval.harness import main
-    from damc.eval.results import operating_points
 
     out = tmp_path / "eval"
     res = main(_eval_cfg(pipeline, out, "policies=[window,bm25,damc,damc_k]", "budgets=[1024]", "max_decisions=2",
+                         "score=false",
                          "render=[template,raw]", "sweep.top_k=[2]", "sweep.threshold=[0.5]",
                          "sweep.threshold_for.damc=[0.05]",
                          f"+policy_options.damc_k={{policy: damc, scorer: {pipeline['scorer']}}}"))
@@ -236,8 +238,6 @@ def test_sweeps_render_modes_and_variants_run_through_one_memory(pipeline, tmp_p
             assert set(r["kept_card_ids"]) <= set(free["kept_card_ids"])  # the same valuer's two best
         if pol == "damc_k":  # a variant with the same options is the same policy
             assert r["prompt_hash"] == recs[("damc", setting, did)]["prompt_hash"]
-    ops = operating_points(res)
-    assert set(ops) == {"window", "bm25", "damc", "damc_k"} and ops["window"] == "1024"
     with pytest.raises(KeyError, match="policy_options.nope.policy"):
         main(_eval_cfg(pipeline, tmp_path / "bad", "policies=[nope]", "budgets=[128]"))
 
@@ -247,7 +247,7 @@ def test_selection_only_builds_the_same_prompts_without_the_decision_llm(pipelin
     import damc.teacher.backends
     from damc.eval.harness import main
 
-    common = ("policies=[window,bm25,damc,oracle]", "budgets=[256]", "max_decisions=3", "data.tool_calls_only=true")
+    common = ("policies=[window,bm25,damc,oracle]", "budgets=[256]", "max_decisions=2", "data.tool_calls_only=true")
     scored = main(_eval_cfg(pipeline, tmp_path / "scored", *common))
 
     def no_weights(*a, **k):
@@ -258,13 +258,13 @@ def test_selection_only_builds_the_same_prompts_without_the_decision_llm(pipelin
     sel = main(_eval_cfg(pipeline, out, *common, "score=false"))
     a = {(r["policy"], r["decision_id"]): r for r in _records(tmp_path / "scored")}
     b = {(r["policy"], r["decision_id"]): r for r in _records(out)}
-    assert set(a) == set(b) and len(b) == 4 * 3
+    assert set(a) == set(b) and len(b) == 4 * 2
     for k, r in b.items():
         assert not r["failed"] and r["correct"] is None and r["gold_logprob"] is None
         for f in ("prompt_hash", "prompt_tokens", "kept_card_ids", "key_in_candidates", "confuser"):
             assert r[f] == a[k][f], (k, f)
     for key, e in sel["policies"].items():
-        assert np.isnan(e["accuracy"]) and e["n_decisions"] == 3
+        assert np.isnan(e["accuracy"]) and e["n_decisions"] == 2
         for f in ("key_hit", "candidate_recall", "prompt_tokens"):
             if f in scored["policies"][key]:
                 assert e[f] == scored["policies"][key][f], (key, f)
@@ -276,7 +276,7 @@ def test_selection_only_builds_the_same_prompts_without_the_decision_llm(pipelin
     real = ev.evaluate_unit
     monkeypatch.setattr(ev, "evaluate_unit", lambda u, d, *x, **k: calls.append(u.name) or real(u, d, *x, **k))
     ev.main(_eval_cfg(pipeline, out, *common, "policies=[window]"))
-    assert calls == ["window"] * 3
+    assert calls == ["window"] * 2
     with pytest.raises(ValueError, match="damc_teacher"):
         main(_eval_cfg(pipeline, tmp_path / "bad", "policies=[window,damc_teacher]", "score=false"))
 

@@ -42,6 +42,22 @@ def test_gguf_converted_once_and_cached(tmp_path, monkeypatch):
     assert Path(resolve_model("smollm2-135m")) == p1
     assert time.perf_counter() - t0 < first / 5 and os.path.getmtime(p1 / "model.safetensors") == mtime
     assert not [q for q in p1.parent.iterdir() if q.name.startswith(".")]  # no temp dirs left
+    # the tokenizer: from the GGUF's metadata before a conversion, from the converted directory after it — the same
+    from transformers import AutoTokenizer
+
+    gguf = models.packaged_path("smollm2-135m")
+    from_gguf = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    models.load_tokenizer.cache_clear()
+    try:
+        tok = models.load_tokenizer("smollm2-135m")
+        assert Path(tok.name_or_path) == p1
+        msgs = [{"role": "user", "content": "Order #W2378156: refund 2 × ‘ß’ items → café"},
+                {"role": "assistant", "content": 'get_order_details(order_id="#W2378156")'}]
+        assert tok.apply_chat_template(msgs, tokenize=False) == from_gguf.apply_chat_template(msgs, tokenize=False)
+        text = tok.apply_chat_template(msgs, tokenize=False)
+        assert tok.encode(text) == from_gguf.encode(text) and tok.eos_token == from_gguf.eos_token
+    finally:
+        models.load_tokenizer.cache_clear()
 
 
 def test_load_causal_lm_scores_text():

@@ -179,7 +179,9 @@ def _poisoned(dp):
 
 @pytest.mark.parametrize("name", DEPLOYABLE)
 def test_deployable_policies_never_see_the_gold_or_the_future(setup, name):
-    env, dp, _, _, tok = setup
+    env, late, _, _, tok = setup
+    # an earlier decision that needs three earlier facts: two fresh memories per policy stay cheap to fill
+    dp = next(d for d in decision_points(late.episode) if len(d.key_card_ids) >= 3)
     bad = _poisoned(dp)
     assert bad.gold != dp.gold and bad.key_card_ids != dp.key_card_ids
     outs = []

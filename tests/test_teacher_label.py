@@ -86,7 +86,7 @@ def test_resume_after_sigkill_gives_the_uninterrupted_rows(tmp_path):
     # decisions deep in a synthetic episode all have candidates: several shards, so the kill lands mid-run
     episodes_file = tmp_path / "eps.jsonl"
     write_episodes(episodes_file, generate_episodes(1, seed=5, progress=False))
-    opts = ["data.tool_calls_only=true", "memory.max_candidates=5", "max_decisions=5", "shard_size=1"]
+    opts = ["data.tool_calls_only=true", "memory.max_candidates=4", "max_decisions=5", "shard_size=1"]
     ref = tmp_path / "ref"
     main(cfg_for(episodes_file, ref, *opts))
     assert json.loads((ref / "summary.json").read_text())["decisions"] >= 3
@@ -163,6 +163,19 @@ def test_plan_decisions_per_episode_sample(tmp_path):
     assert set(ids) <= {dp.decision_id for dp in every} and all(dp.is_tool_call for dp in some)
     assert ids == [dp.decision_id for dp in plan_decisions(path, True, per_episode=2, seed=0)]  # seeded
     assert ids != [dp.decision_id for dp in plan_decisions(path, True, per_episode=2, seed=1)]
+
+
+def test_the_per_episode_sample_skips_decisions_with_no_history(samples_dir):
+    """τ²-bench's first tool calls come inside the first user turn: nothing before it to label. The sample is drawn
+    from the decisions with a history, so per_episode=1 spends its budget on decisions the teacher can label."""
+    path = samples_dir / "tau2_retail_sample.jsonl"
+    every = plan_decisions(path, tool_calls_only=True)
+    bare = {dp.decision_id for dp in every if not [m for m in dp.history if m.get("role") != "system"]}
+    assert bare and len(bare) < len(every)                              # the sample holds both kinds
+    for seed in range(5):
+        one = plan_decisions(path, tool_calls_only=True, per_episode=1, seed=seed)
+        assert len(one) == len({dp.episode.episode_id for dp in every if dp.decision_id not in bare})
+        assert not {dp.decision_id for dp in one} & bare
 
 
 def test_labels_are_the_runtime_candidates_in_the_runtime_rendering(episodes_file, tmp_path):

@@ -49,7 +49,10 @@ def plan_decisions(path: str | os.PathLike, tool_calls_only: bool = False,
     """Every decision point of an episode file in order (episode, then message index), capped.
 
     `per_episode=N` keeps N decisions per episode (a seeded sample, still in order), which spreads a
-    labeling budget over many episodes instead of exhausting the first ones.
+    labeling budget over many episodes instead of exhausting the first ones. The sample is drawn from the
+    decisions with a history (a message before the current user turn other than the system prompt): one without
+    has no candidate card, so it would spend the budget on nothing (without `per_episode` such decisions stay in
+    the plan and are counted as `skipped_no_cards`).
 
     Raises:
         ValueError: the file holds no decision point (no assistant message).
@@ -58,10 +61,12 @@ def plan_decisions(path: str | os.PathLike, tool_calls_only: bool = False,
     dps = []
     for ep in eps:
         eps_dps = decision_points(ep, tool_calls_only=tool_calls_only)
-        if per_episode is not None and len(eps_dps) > per_episode:
-            rng = random.Random(f"{seed}/{ep.episode_id}")
-            keep = set(rng.sample(range(len(eps_dps)), per_episode))
-            eps_dps = [dp for j, dp in enumerate(eps_dps) if j in keep]
+        if per_episode is not None:
+            eps_dps = [dp for dp in eps_dps if any(m.get("role") != "system" for m in dp.history)]
+            if len(eps_dps) > per_episode:
+                rng = random.Random(f"{seed}/{ep.episode_id}")
+                keep = set(rng.sample(range(len(eps_dps)), per_episode))
+                eps_dps = [dp for j, dp in enumerate(eps_dps) if j in keep]
         dps += eps_dps
     if not dps:
         raise ValueError(f"{path}: {len(eps)} episodes but no decision points (no assistant messages"
@@ -98,6 +103,7 @@ def _fingerprint(cfg: Any) -> dict[str, Any]:
 
     return {"data": str(Path(cfg.data.path).resolve()), "tool_calls_only": bool(cfg.data.tool_calls_only),
             "per_episode": cfg.get("per_episode"), "sample_seed": cfg.get("sample_seed", 0),
+            **({"per_episode_from": "decisions with a history"} if cfg.get("per_episode") is not None else {}),
             "teacher": teacher, "estimator": estimator, "memory": OmegaConf.to_container(cfg.memory, resolve=True),
             "max_context_tokens": cfg.max_context_tokens, "render_version": RENDER_VERSION,
             **({"render": cfg.render} if cfg.get("render", "template") != "template" else {}),
