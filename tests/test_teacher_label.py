@@ -165,7 +165,7 @@ def test_plan_decisions_per_episode_sample(tmp_path):
     assert ids != [dp.decision_id for dp in plan_decisions(path, True, per_episode=2, seed=1)]
 
 
-def test_the_per_episode_sample_skips_decisions_with_no_history(samples_dir):
+def test_the_per_episode_sample_skips_decisions_with_no_history(samples_dir, tmp_path):
     """τ²-bench's first tool calls come inside the first user turn: nothing before it to label. The sample is drawn
     from the decisions with a history, so per_episode=1 spends its budget on decisions the teacher can label."""
     path = samples_dir / "tau2_retail_sample.jsonl"
@@ -176,6 +176,18 @@ def test_the_per_episode_sample_skips_decisions_with_no_history(samples_dir):
         one = plan_decisions(path, tool_calls_only=True, per_episode=1, seed=seed)
         assert len(one) == len({dp.episode.episode_id for dp in every if dp.decision_id not in bare})
         assert not {dp.decision_id for dp in one} & bare
+    from damc.data.episodes import load_episodes
+
+    cut: dict[str, int] = {}                   # each episode cut after its first decision: nothing before its turn
+    for dp in every:
+        if dp.decision_id in bare:
+            cut.setdefault(dp.episode.episode_id, dp.index + 1)
+    first = tmp_path / "first_turns.jsonl"
+    write_episodes(first, [Episode(e.episode_id, e.messages[: cut[e.episode_id]], e.domain, e.tools)
+                           for e in load_episodes(path) if e.episode_id in cut])
+    assert plan_decisions(first, tool_calls_only=True)                  # without per_episode: planned, then skipped
+    with pytest.raises(ValueError, match="none with a history"):
+        plan_decisions(first, tool_calls_only=True, per_episode=1)
 
 
 def test_labels_are_the_runtime_candidates_in_the_runtime_rendering(episodes_file, tmp_path):

@@ -58,9 +58,10 @@ def plan_decisions(path: str | os.PathLike, tool_calls_only: bool = False,
         ValueError: the file holds no decision point (no assistant message).
     """
     eps = load_episodes(path)
-    dps = []
+    dps, n_all = [], 0
     for ep in eps:
         eps_dps = decision_points(ep, tool_calls_only=tool_calls_only)
+        n_all += len(eps_dps)
         if per_episode is not None:
             eps_dps = [dp for dp in eps_dps if any(m.get("role") != "system" for m in dp.history)]
             if len(eps_dps) > per_episode:
@@ -68,6 +69,9 @@ def plan_decisions(path: str | os.PathLike, tool_calls_only: bool = False,
                 keep = set(rng.sample(range(len(eps_dps)), per_episode))
                 eps_dps = [dp for j, dp in enumerate(eps_dps) if j in keep]
         dps += eps_dps
+    if not dps and n_all:
+        raise ValueError(f"{path}: {n_all} decision points, none with a history (a message before the current user "
+                         f"turn besides the system prompt): per_episode samples only those; nothing to label")
     if not dps:
         raise ValueError(f"{path}: {len(eps)} episodes but no decision points (no assistant messages"
                          f"{' with tool calls' if tool_calls_only else ''}); nothing to label")
