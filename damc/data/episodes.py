@@ -270,6 +270,11 @@ class DecisionPoint:
         return self.episode.messages[: self.current_turn_start]
 
     @property
+    def has_history(self) -> bool:
+        """Whether a message other than the system prompt precedes the current user turn (else no card to value)."""
+        return any(m.get("role") != "system" for m in self.history)
+
+    @property
     def current_turn(self) -> list[dict[str, Any]]:
         """The current user turn and everything after it, up to the decision (kept verbatim)."""
         return self.episode.messages[self.current_turn_start: self.index]

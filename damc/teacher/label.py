@@ -63,7 +63,7 @@ def plan_decisions(path: str | os.PathLike, tool_calls_only: bool = False,
         eps_dps = decision_points(ep, tool_calls_only=tool_calls_only)
         n_all += len(eps_dps)
         if per_episode is not None:
-            eps_dps = [dp for dp in eps_dps if any(m.get("role") != "system" for m in dp.history)]
+            eps_dps = [dp for dp in eps_dps if dp.has_history]
             if len(eps_dps) > per_episode:
                 rng = random.Random(f"{seed}/{ep.episode_id}")
                 keep = set(rng.sample(range(len(eps_dps)), per_episode))
