@@ -105,3 +105,42 @@ def test_confuser_precision_per_estimator():
     del per[0]["is_confuser"], per[1]["is_confuser"]          # rows of runs before the confuser columns
     old = summarize(per, ["e"])
     assert old["with_confuser"] == 0 and old["e"]["confuser@1"] is None
+
+
+def test_fact_hits_credit_a_later_card_that_repeats_a_key_fact(fakes, tmp_path):
+    """A key card is where a gold value first appears; `holds_fact` marks every candidate holding one (the first
+    occurrence included), and fact@1 counts a top card that repeats the fact where hit@1 does not."""
+    from damc.data.episodes import Episode
+    from damc.data.synthetic import generate_episodes
+    from damc.teacher.compare import summarize
+
+    full = generate_episodes(1, seed=0)[0]
+    ep = small_episode(40)
+    ep = Episode(ep.episode_id, ep.messages, ep.domain, ep.tools, {},
+                 {**ep.metadata, "key_facts": {k: v for k, v in full.metadata["key_facts"].items() if int(k) < 40}})
+    ckpt = tmp_path / "cmp.partial.jsonl"
+    res = compare([ep], fakes, ["loo"], n_decisions=3, progress=False, checkpoint=ckpt)
+    ckpt.write_text("".join(json.dumps({k: v for k, v in json.loads(x).items() if k != "holds_fact"}) + "\n"
+                            for x in ckpt.read_text().splitlines()))          # a checkpoint from before the column
+    _Fake.calls = []
+    assert compare([ep], fakes, ["loo"], n_decisions=3, progress=False, checkpoint=ckpt)["decisions"] == res["decisions"]
+    assert _Fake.calls == []                                                  # derived from the cards, not re-run
+    for r in res["decisions"]:
+        facts = [str(v) for v in ep.metadata["key_facts"][r["decision_id"].rsplit("@", 1)[1]]]
+        assert facts and all(h for h, k in zip(r["holds_fact"], r["is_key"]) if k)   # a key card holds its fact
+    assert res["summary"]["loo"]["fact@1"] == 1.0 and "| fact@1 | fact@3 |" in markdown(res)
+    assert [r["holds_fact"] for r in compare([small_episode(40)], fakes, ["loo"], n_decisions=3,
+                                             progress=False)["decisions"]] == [[False] * len(r["card_ids"])
+                                                                               for r in res["decisions"]]  # no facts
+
+    def row(deltas, is_key, holds):
+        return {"decision_id": "d", "card_ids": ["a", "b", "c"], "is_key": is_key, "holds_fact": holds,
+                "is_confuser": [False] * 3, "key_in_window": True, "deltas": {"e": deltas}, "seconds": {"e": 1.0},
+                "forward_tokens": {"e": 10}}
+
+    # the best card repeats the fact a lower-valued key card held first: a fact hit, not a key hit
+    s = summarize([row([0.9, 0.5, 0.0], [False, True, False], [True, True, False])], ["e"])
+    assert (s["e"]["hit@1"], s["e"]["fact@1"], s["with_fact"]) == (0.0, 1.0, 1)
+    old = summarize([{k: v for k, v in row([0.9, 0.5, 0.0], [False, True, False], [True] * 3).items()
+                      if k != "holds_fact"}], ["e"])                        # rows written before the column
+    assert old["e"]["fact@1"] is None and old["with_fact"] == 0

@@ -12,6 +12,11 @@ decision's rivals that the gold does not use (`damc.eval.policies.confuser_value
 harness's rivals: the caller's other order, a look-alike id); per estimator, over the decisions with key cards and at
 least one confuser card, **confuser@1** (the estimator's best card is a confuser card) and **key > confuser** (the
 best key card is valued above every confuser card).
+Recall beyond the first occurrence: a *key card* is where one of the gold's history values (`key_facts`) *first*
+appears; a later card that repeats it — often the more specific record, e.g. the details of the very order the
+gold acts on after the user's order list — is not one. **fact@1 / fact@3** count a hit when the estimator's best
+card (one of its 3 best) holds any of the gold's key facts, wherever it sits (`holds_fact`, over the decisions
+whose episode records `key_facts`).
 
 Several runs (e.g. SmolLM2 and Qwen2.5-Coder-1.5B on the same decisions) are compared with `agreement(a, b)`.
 
@@ -101,11 +106,14 @@ def compare(episodes: Sequence[Episode], teacher: Any, estimators: Sequence[str]
     ckpt = Path(checkpoint) if checkpoint else None
     done = _done_rows(ckpt, teacher_id, estimators, render)
     for dp in tqdm(decisions, desc="compare estimators", unit="decision", disable=not progress):
-        if dp.decision_id in done:
-            per.append({k: v for k, v in done[dp.decision_id].items() if k not in ("teacher", "render")})
-            continue
         if runtime is None or runtime.episode.episode_id != dp.episode.episode_id:
             runtime = RuntimeCandidates(dp.episode, teacher.tokenizer, memory)
+        if dp.decision_id in done:
+            row = {k: v for k, v in done[dp.decision_id].items() if k not in ("teacher", "render")}
+            if "holds_fact" not in row:               # a checkpoint written before the column: derived, not re-run
+                row["holds_fact"] = holds_fact(dp, runtime.at(dp))
+            per.append(row)
+            continue
         cards = runtime.at(dp)
         keys = set(dp.key_card_ids)
         newest = [c.card_id for c in candidate_cards(dp)][-OLD_WINDOW:]
@@ -114,6 +122,7 @@ def compare(episodes: Sequence[Episode], teacher: Any, estimators: Sequence[str]
                                "is_key": [c.card_id in keys for c in cards], "key_in_window": bool(keys & set(newest)),
                                "is_confuser": [c.card_id not in keys and bool(conf) and holds_any(c.raw_text, conf)
                                                for c in cards],
+                               "holds_fact": holds_fact(dp, cards),
                                "deltas": {}, "seconds": {}, "forward_tokens": {}}
         raw: dict[str, np.ndarray] = {}
         for name, est in ests.items():
@@ -140,18 +149,34 @@ def compare(episodes: Sequence[Episode], teacher: Any, estimators: Sequence[str]
             "decisions": per, "summary": summarize(per, list(estimators))}
 
 
+def holds_fact(dp: DecisionPoint, cards: Sequence[Any]) -> list[bool]:
+    """For each card, whether its raw text holds one of the decision's key facts (the gold's values found in the
+    history, `metadata["key_facts"]`) as a whole token — any card repeating one, not only the key card where it
+    first appeared. All False when the episode records no key facts."""
+    from damc.eval.policies import holds_any
+
+    facts = [str(v) for v in (dp.episode.metadata.get("key_facts") or {}).get(str(dp.index), [])]
+    return [bool(facts) and holds_any(c.raw_text, facts) for c in cards]
+
+
 def summarize(per: Sequence[dict[str, Any]], estimators: Sequence[str]) -> dict[str, Any]:
     """Hit rates, cost and pairwise agreement from `compare`'s per-decision rows."""
     keyed = [r for r in per if any(r["is_key"])]
     confused = [r for r in keyed if any(r.get("is_confuser") or [])]   # rows of runs before 2026-12-04 lack it
+    factual = [r for r in keyed if any(r.get("holds_fact") or [])]
     out: dict[str, Any] = {"decisions": len(per), "key_in_candidates": len(keyed),
-                           "key_in_old_window": sum(r["key_in_window"] for r in per), "with_confuser": len(confused)}
+                           "key_in_old_window": sum(r["key_in_window"] for r in per), "with_confuser": len(confused),
+                           "with_fact": len(factual)}
     for name in estimators:
         rows = [r for r in keyed if name in r["deltas"]]
         out[name] = {"hit@1": float(np.mean([hit_at_k(r["deltas"][name], r["is_key"], 1) for r in rows])) if rows
                      else None,
                      "hit@3": float(np.mean([hit_at_k(r["deltas"][name], r["is_key"], 3) for r in rows])) if rows
                      else None,
+                     "fact@1": _rate([hit_at_k(r["deltas"][name], r["holds_fact"], 1) for r in factual
+                                      if name in r["deltas"]]),
+                     "fact@3": _rate([hit_at_k(r["deltas"][name], r["holds_fact"], 3) for r in factual
+                                      if name in r["deltas"]]),
                      "confuser@1": _rate([_confuser_first(r["deltas"][name], r["is_confuser"])
                                           for r in confused if name in r["deltas"]]),
                      "key>confuser": _rate([_key_above_confuser(r["deltas"][name], r["is_key"], r["is_confuser"])
@@ -229,13 +254,15 @@ def markdown(res: dict[str, Any]) -> str:
     lines = [f"teacher `{res['teacher']}` reading `{res.get('render', 'template')}` lines, {s['decisions']} decisions with key cards; a key card in the runtime's "
              f"candidate set: {s['key_in_candidates']} ({s['key_in_candidates'] / max(s['decisions'], 1):.0%}); in the "
              f"old newest-{OLD_WINDOW} window: {s['key_in_old_window']} ({s['key_in_old_window'] / max(s['decisions'], 1):.0%})"
-             f"; {s.get('with_confuser', 0)} of those with a confuser card among the candidates",
-             "", "| estimator | hit@1 | hit@3 | confuser@1 | key > confuser | forward tokens / decision | "
-             "seconds / decision |", "|---|---:|---:|---:|---:|---:|---:|"]
+             f"; {s.get('with_confuser', 0)} of those with a confuser card among the candidates, "
+             f"{s.get('with_fact', 0)} with a card holding a key fact (fact@k)",
+             "", "| estimator | hit@1 | hit@3 | fact@1 | fact@3 | confuser@1 | key > confuser | forward tokens / decision | "
+             "seconds / decision |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name in res["estimators"]:
         e = s[name]
         f = (lambda x, d=2: "–" if x is None or x != x else f"{x:.{d}f}")
-        lines.append(f"| {name} | {f(e['hit@1'])} | {f(e['hit@3'])} | {f(e.get('confuser@1'))} | "
+        lines.append(f"| {name} | {f(e['hit@1'])} | {f(e['hit@3'])} | {f(e.get('fact@1'))} | {f(e.get('fact@3'))} | "
+                     f"{f(e.get('confuser@1'))} | "
                      f"{f(e.get('key>confuser'))} | {f(e['forward_tokens_per_decision'], 0)} | "
                      f"{f(e['seconds_per_decision'], 1)} |")
     if s["agreement"]:
