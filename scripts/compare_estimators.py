@@ -58,8 +58,9 @@ def cli() -> None:
         res["agreement_with"] = {"run": path, "estimator": est, "by_estimator": agreement(res, other, est)}
         print(f"agreement with `{other['teacher']}` ({est}):")
         for name, v in res["agreement_with"]["by_estimator"].items():
-            m = v["spearman"]["mean"]
-            print(f"  {name}: Spearman {m if m is None else round(m, 2)}, same top card {v['same_top']}, n={v['n']}")
+            m, top = v["spearman"]["mean"], v["same_top"]
+            print(f"  {name}: Spearman {'–' if m is None else f'{m:.2f}'}, same top card "
+                  f"{'–' if top is None else f'{top:.2f}'} ({round((top or 0) * v['n'])} of {v['n']})")
     if a.json:
         atomic_write_text(Path(a.json), json.dumps(res, indent=2))
 
