@@ -6,8 +6,9 @@
     python scripts/compare_estimators.py --labels LABELS     # hit@1 / hit@3 of an existing label set
 
 Each decision's candidates are the runtime's (the labels' candidate set); prints the Markdown tables of
-docs/teacher.md — key-card hit@1/@3 and, where a candidate holds a rival action's value, confuser@1 (the best card
-is such a look-alike) and key > confuser. `--against RUN.json:EST` adds each estimator's agreement (Spearman, same top card) with
+docs/teacher.md — key-card hit@1/@3, fact@1/@3 (the best card holds one of the gold's key facts, wherever the value
+repeats: a key card is only its first holder on τ²-bench) and, where a candidate holds a rival action's value,
+confuser@1 (the best card is such a look-alike) and key > confuser. `--against RUN.json:EST` adds each estimator's agreement (Spearman, same top card) with
 estimator EST of another run (e.g. the 1.5B reference teacher on the same decisions). The work is in
 `damc.teacher.compare`.
 """
