@@ -292,6 +292,11 @@ class DecisionPoint:
     def key_card_ids(self) -> list[str]:
         return list((self.episode.metadata.get("key_card_ids") or {}).get(str(self.index), []))
 
+    @property
+    def key_facts(self) -> list[str]:
+        """The gold's values found in the history (`metadata["key_facts"]`, evaluation only), as strings."""
+        return [str(v) for v in (self.episode.metadata.get("key_facts") or {}).get(str(self.index), [])]
+
 
 def current_turn_start(messages: list[dict[str, Any]], index: int) -> int:
     """Index of the last user message before `index` (0 if there is none)."""

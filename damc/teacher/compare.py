@@ -105,16 +105,21 @@ def compare(episodes: Sequence[Episode], teacher: Any, estimators: Sequence[str]
     teacher_id = str(getattr(teacher, "model_id", "?"))
     ckpt = Path(checkpoint) if checkpoint else None
     done = _done_rows(ckpt, teacher_id, estimators, render)
-    for dp in tqdm(decisions, desc="compare estimators", unit="decision", disable=not progress):
+
+    def cards_at(dp: DecisionPoint) -> list:
+        nonlocal runtime             # one runtime memory per episode, built only when a decision needs its cards
         if runtime is None or runtime.episode.episode_id != dp.episode.episode_id:
             runtime = RuntimeCandidates(dp.episode, teacher.tokenizer, memory)
+        return runtime.at(dp)
+
+    for dp in tqdm(decisions, desc="compare estimators", unit="decision", disable=not progress):
         if dp.decision_id in done:
             row = {k: v for k, v in done[dp.decision_id].items() if k not in ("teacher", "render")}
             if "holds_fact" not in row:               # a checkpoint written before the column: derived, not re-run
-                row["holds_fact"] = holds_fact(dp, runtime.at(dp))
+                row["holds_fact"] = holds_fact(dp, cards_at(dp))
             per.append(row)
             continue
-        cards = runtime.at(dp)
+        cards = cards_at(dp)
         keys = set(dp.key_card_ids)
         newest = [c.card_id for c in candidate_cards(dp)][-OLD_WINDOW:]
         conf = confuser_values(dp.gold, make_distractors(dp.episode, dp.index))
@@ -155,7 +160,7 @@ def holds_fact(dp: DecisionPoint, cards: Sequence[Any]) -> list[bool]:
     first appeared. All False when the episode records no key facts."""
     from damc.eval.policies import holds_any
 
-    facts = [str(v) for v in (dp.episode.metadata.get("key_facts") or {}).get(str(dp.index), [])]
+    facts = dp.key_facts
     return [bool(facts) and holds_any(c.raw_text, facts) for c in cards]
 
 
