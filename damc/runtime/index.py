@@ -478,8 +478,6 @@ class CardIndex:
         at = {r: i for i, r in enumerate(sorted(set(order)))}
         return vecs[[at[r] for r in order]]
 
-    # ------------------------------------------------------------------ erasure
-
     def forget(self, rowids: Sequence[int]) -> None:
         """Drop erased cards' vectors (and the last query, which may quote them) and save the index at once, so
         neither memory nor `cards.faiss` holds them (cards the erasure moved back to the hot tier are added by the
