@@ -9,8 +9,9 @@ for code written against Mem0's JSON.
 
 Example:
     >>> items = memory.search("where is order 88412?", user_id="alice", limit=5)
-    >>> [(i.id, round(i.score, 2), i.reasons) for i in items]
-    [('chat-1:3:0', 0.61, ['similar', 'bm25', 'pinned']), ...]
+    >>> items[0].reasons                      # why it was retrieved
+    ['similar', 'bm25', 'recent', 'pinned']
+    >>> items[0].to_dict()["memory"]          # Mem0's shape
 """
 
 from __future__ import annotations
