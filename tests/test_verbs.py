@@ -281,6 +281,25 @@ def test_delete_one_card_erases_its_text_and_vector(two_users):
     assert files_holding(root, f"{TOOL['alice']}-s0-3")
 
 
+def test_delete_all_of_one_session(two_users):
+    """`delete_all(session_id=...)` (Mem0's run_id) erases one conversation: its cards, state and saved context."""
+    mem = two_users
+    root = Path(mem.path)
+    s0 = [(i.id, i.memory) for i in mem.get_all(user_id="alice", session_id="s0", tier=None)]
+    n_s1 = len(mem.get_all(user_id="alice", session_id="s1", tier=None))
+    assert n_s1 == 6                                                           # 2 turns: user, tool, assistant
+    assert mem.delete_all(user_id="alice", session_id="s1") == n_s1
+    assert files_holding(root, f"{SAY['alice']}-s1") == [] and files_holding(root, f"{TOOL['alice']}-s1") == []
+    assert files_holding(root, f"{SAY['alice']}-s0")                           # her other conversation stays
+    assert [(i.id, i.memory) for i in mem.get_all(user_id="alice", session_id="s0", tier=None)] == s0
+    alice = Scope("alice")
+    assert mem.store.session_state("s1", alice)["n_messages"] == 0 and mem.store.last_context("s1", alice) is None
+    assert mem.store.session_state("s0", alice)["n_messages"] > 0 and mem.get_all(user_id="bob", session_id="s0")
+    assert mem.index.ntotal == mem.store.count("hot")
+    with pytest.raises(ValueError, match="all_agents"):
+        mem.delete_all(user_id="alice", session_id="s0", all_agents=True)
+
+
 def test_delete_merged_card_takes_its_sources(tmp_path):
     mem = open_memory(tmp_path / "mem")
     mem.add_messages(_duplicates("s", TOOL["alice"]), "s", user_id="alice")

@@ -116,13 +116,14 @@ class StoreVerbsMixin:
             c.execute(f"DELETE FROM embeddings WHERE card_rowid IN ({marks})", chunk)
             c.execute(f"DELETE FROM cards WHERE rowid IN ({marks})", chunk)
 
-    def delete_cards(self, card_ids: Sequence[str], scope: Scope = DEFAULT_SCOPE, *,
-                     restore: Sequence[str] = (), detail: dict[str, Any] | None = None) -> list[int]:
+    def delete_cards(self, card_ids: Sequence[str], scope: Scope = DEFAULT_SCOPE, *, restore: Sequence[str] = (),
+                     detail: dict[str, Any] | None = None, sessions: Sequence[str] = ()) -> list[int]:
         """Erase a scope's cards in one transaction: their rows (text, value statistics), cached embeddings and
         history events; the saved contexts that show them (those of the cards' sessions, and any other of the
         scope naming a card or holding its text); and pending-call entries pointing at them. The cards in
-        `restore` go back to the hot tier with a "restore" event (`detail`). Returns the erased rowids (the index
-        must drop them: `CardIndex.forget`)."""
+        `restore` go back to the hot tier with a "restore" event (`detail`). The scope's rows of `sessions` go from
+        every table with a `session_id` column (session state, saved contexts, and any a later schema adds).
+        Returns the erased rowids (the index must drop them: `CardIndex.forget`)."""
         ids = list(dict.fromkeys(card_ids))
         where, args = scope.where()
         with self.transaction() as c:
@@ -134,10 +135,10 @@ class StoreVerbsMixin:
             for chunk in _chunks(ids):
                 c.execute(f"DELETE FROM events WHERE {where} AND card_id IN ({','.join('?' * len(chunk))})",
                           args + tuple(chunk))
-            sessions = {r[1] for r in rows}
+            shown = {r[1] for r in rows}   # sessions whose saved context may show the cards
             texts = [json.dumps(json.loads(r[2]).get("raw_text") or "", ensure_ascii=False)[1:-1] for r in rows]
             for sid, data in c.execute(f"SELECT session_id, data FROM contexts WHERE {where}", args).fetchall():
-                if sid in sessions or any(cid in data for cid in ids) or any(t and t in data for t in texts):
+                if sid in shown or any(cid in data for cid in ids) or any(t and t in data for t in texts):
                     c.execute(f"DELETE FROM contexts WHERE {where} AND session_id = ?", args + (sid,))
             gone = set(ids)
             for sid, pending in c.execute(f"SELECT session_id, pending FROM sessions WHERE {where}", args).fetchall():
@@ -145,6 +146,10 @@ class StoreVerbsMixin:
                 if len(left) != len(json.loads(pending)):
                     c.execute(f"UPDATE sessions SET pending = ? WHERE {where} AND session_id = ?",
                               (json.dumps(left),) + args + (sid,))
+            for table, cols in self._tables(c) if sessions else []:
+                if {"user_id", "agent_id", "session_id"} <= cols and table != "cards":
+                    for sid in sessions:
+                        c.execute(f'DELETE FROM "{table}" WHERE {where} AND session_id = ?', args + (sid,))
             if restore:
                 self._set_tier_tx(c, [r for r in restore if r not in gone], "hot", time.time(), scope, "restore",
                                   detail)

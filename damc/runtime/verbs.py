@@ -112,16 +112,17 @@ class CardEvent:
         return {"memory_id": self.card_id, "event": self.event, "created_at": self.at, "detail": dict(self.detail)}
 
 
-def erasure_plan(target: StoredCard, derived_from: Callable[[Sequence[str]], Sequence[StoredCard]]
+def erasure_plan(targets: Sequence[StoredCard], derived_from: Callable[[Sequence[str]], Sequence[StoredCard]]
                  ) -> tuple[list[str], list[str]]:
-    """What deleting `target` takes with it, as `(delete, restore)` card ids.
+    """What deleting `targets` takes with it, as `(delete, restore)` card ids.
 
     * a merged card takes its sources (`meta["merged_from"]`: they are its history and hold its text);
     * every merged card that repeats text of a deleted card (`derived_from(ids)`: `CardStore.derived_from`) goes
       too, and its other sources — cold only because it replaced them — return to the hot tier (`restore`), so a
       deletion forgets the target's text and nothing else.
     """
-    delete = list(dict.fromkeys([target.card.card_id] + list((target.card.meta or {}).get("merged_from") or [])))
+    delete = list(dict.fromkeys(cid for t in targets
+                                for cid in [t.card.card_id, *((t.card.meta or {}).get("merged_from") or [])]))
     derived = [sc for sc in derived_from(delete) if sc.card.card_id not in delete]
     gone = set(delete) | {sc.card.card_id for sc in derived}
     restore = [s for sc in derived for s in (sc.card.meta or {}).get("merged_from") or [] if s not in gone]
@@ -258,7 +259,7 @@ class MemoryVerbs:
             PermissionError / KeyError: as `get` (nothing is erased).
         """
         scope = self._scope(user_id, agent_id)
-        delete, restore = erasure_plan(self._stored_or_raise(card_id, scope),
+        delete, restore = erasure_plan([self._stored_or_raise(card_id, scope)],
                                        lambda ids: self.store.derived_from(ids, scope))
         held = self.store.rows_for(delete, scope)
         rowids = self.store.delete_cards(delete, scope, restore=restore, detail={"deleted": card_id})
@@ -266,8 +267,8 @@ class MemoryVerbs:
         logger.info("deleted %d cards of %s (%s), %d restored", len(rowids), scope, card_id, len(restore))
         return [c for c in delete if c in held]
 
-    def delete_all(self, *, user_id: str | None = None, agent_id: str | None = None, all_agents: bool = False,
-                   vacuum: bool = True) -> int:
+    def delete_all(self, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None,
+                   all_agents: bool = False, vacuum: bool = True) -> int:
         """Erase every card of a scope (Mem0's `delete_all`): texts, vectors, cached embeddings, value statistics,
         sessions, saved contexts, history; then clear the value cache and scrub the store's files, so no file of
         the store directory holds the scope's text (docs/runtime.md "Erasure").
@@ -275,6 +276,8 @@ class MemoryVerbs:
         Args:
             user_id / agent_id: the scope; at least one must be given (as Mem0: `reset()` erases everything).
                 Scopes match exactly: `user_id="alice"` alone is Alice without an agent, unless `all_agents`.
+            session_id: erase one conversation of the scope only (Mem0's `run_id`): its cards (merges followed as
+                in `delete`), its session state and saved context.
             all_agents: every scope of the user (Mem0's `delete_all(user_id=...)`, which matches any agent).
             vacuum: as `delete`.
 
@@ -282,14 +285,23 @@ class MemoryVerbs:
             How many cards were erased.
 
         Raises:
-            ValueError: neither `user_id` nor `agent_id` given.
+            ValueError: neither `user_id` nor `agent_id` given, or `session_id` with `all_agents`.
         """
         if user_id is None and agent_id is None:
             raise ValueError("delete_all needs user_id= or agent_id= (the scope to erase); reset() erases everything")
+        if session_id is not None and all_agents:
+            raise ValueError("delete_all: session_id= erases one conversation of one scope; drop all_agents=True")
         scope = self._scope(user_id, agent_id)
-        rowids = self.store.delete_scope(scope, all_agents=all_agents)
+        if session_id is not None:
+            delete, restore = erasure_plan(self.store.session_cards(session_id, scope=scope),
+                                           lambda ids: self.store.derived_from(ids, scope))
+            rowids = self.store.delete_cards(delete, scope, restore=restore, detail={"deleted_session": session_id},
+                                             sessions=[session_id])
+        else:
+            rowids = self.store.delete_scope(scope, all_agents=all_agents)
         self._after_erasure(rowids, vacuum)
-        logger.info("erased %d cards of %s%s", len(rowids), scope, " (all agents)" if all_agents else "")
+        logger.info("erased %d cards of %s%s", len(rowids), scope, f" session {session_id!r}" if session_id else
+                    " (all agents)" if all_agents else "")
         return len(rowids)
 
     def reset(self, *, vacuum: bool = True) -> int:
