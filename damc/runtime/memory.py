@@ -17,6 +17,8 @@
   or inside the system message (`placement="system"`).
 
 Everything is explainable (`explain(context)`), expandable (`expand(card_id)`) and persisted under `path`.
+Mem0's verbs — `get_all`, `search`, `get`, `history`, `delete`, `delete_all`, `reset` — come from
+`damc.runtime.verbs.MemoryVerbs`; erasure leaves no text of the erased cards in any file of the store.
 
 Scopes (Mem0's convention): every card belongs to a `user_id` (default "default") and an optional `agent_id`;
 `session_id` is the conversation (Mem0's `run_id`). Set the memory's scope when opening it
@@ -408,13 +410,7 @@ class DecisionAwareMemory(MemoryVerbs):
             PermissionError: the card belongs to another scope only.
             KeyError: no scope holds a card with this id.
         """
-        scope = self._scope(user_id, agent_id)
-        card = self.store.get(card_id, scope)
-        if card is None:
-            if self.store.holds_elsewhere(card_id, scope):
-                raise PermissionError(f"card {card_id!r} belongs to another scope than {scope}")
-            raise KeyError(f"no card {card_id!r} in this memory")
-        return card
+        return self._stored_or_raise(card_id, self._scope(user_id, agent_id)).card
 
     def explain(self, context: Context, print_: bool = False) -> "Explanation":
         """Which cards were kept or dropped, with scores, tokens saved and why (`str()` it to read)."""

@@ -134,7 +134,8 @@ class MemoryVerbs:
     and `candidates`)."""
 
     def _stored_or_raise(self, card_id: str, scope: Scope) -> StoredCard:
-        """The scope's stored card (any tier), or `expand`'s errors."""
+        """The scope's stored card (any tier); `PermissionError` when only another scope holds the id, else
+        `KeyError` (`expand`, `get`, `history`, `delete`)."""
         sc = self.store.get_stored(card_id, scope)
         if sc is None:
             if self.store.holds_elsewhere(card_id, scope):
