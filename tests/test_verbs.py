@@ -346,3 +346,14 @@ def test_reset_erases_everything_and_memory_stays_usable(two_users):
     again.index.sync()
     assert {i.session_id for i in again.get_all(user_id="bob")} == {"s9"} and again.index.ntotal == again.store.count()
     again.close()
+
+
+def test_verbs_on_an_in_memory_store():
+    mem = DecisionAwareMemory(None, tokenizer=None, encoder=encoder())
+    converse(mem, "alice", "s0", 2)
+    converse(mem, "bob", "s0", 2)
+    assert mem.get_all(user_id="alice") and mem.delete_all(user_id="alice") > 0
+    assert mem.get_all(user_id="alice", tier=None) == [] and mem.search("order 88412", user_id="alice") == []
+    assert mem.search("order 88412", user_id="bob") and mem.index.ntotal == mem.store.count("hot")
+    assert mem.reset() > 0 and mem.get_all(user_id="bob") == []
+    mem.close()
