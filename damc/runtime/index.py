@@ -5,11 +5,12 @@ The index holds one vector per *hot* card (FAISS id = the card's store rowid), e
 same model as int8 ONNX through `damc.runtime.encoder`; cosine similarity via normalised inner product). It is a cache of the store, never the source of truth:
 
 * the file (`cards.faiss`) is one blob — magic, a JSON header with the store stamp (hot card count,
-  max rowid, change counter `seq`), the encoder name, dimension and a CRC32 — then the serialised FAISS
+  max rowid, change counter `seq`, erasure count), the encoder name, dimension and a CRC32 — then the serialised FAISS
   index. It is written to a temp file and renamed, so a reader never sees half a file;
 * on open, a missing file, a CRC/parse failure, another encoder, or a stamp the store cannot have
   produced (e.g. a newer `seq` than the store's) triggers a full rebuild from SQLite; a merely *stale*
-  file (older `seq`) is caught up from the rows changed since;
+  file (older `seq`) is caught up from the rows changed since; cards erased since (`CardStore.erasures()`: by
+  this process or another) force a rebuild, so erased vectors are never searched or saved again;
 * vectors are cached in the store's `embeddings` table, so rebuilds re-encode only what changed.
 
 Index type: exact `flat` inner product (fast up to a few hundred thousand cards) or `ivf` (inverted
@@ -479,9 +480,8 @@ class CardIndex:
         return vecs[[at[r] for r in order]]
 
     def forget(self, rowids: Sequence[int]) -> None:
-        """Drop erased cards' vectors (and the last query, which may quote them) and save the index at once, so
-        neither memory nor `cards.faiss` holds them (cards the erasure moved back to the hot tier are added by the
-        next `sync`). Rebuilds instead when another erasure is not applied yet."""
+        """Drop erased cards' vectors and the last query (it may quote them), then save at once: neither memory nor
+        `cards.faiss` holds them. Rebuilds when another erasure is not applied yet; `sync` adds restored cards."""
         import faiss
 
         with self._lock:
