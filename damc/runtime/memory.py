@@ -17,6 +17,8 @@
   or inside the system message (`placement="system"`).
 
 Everything is explainable (`explain(context)`), expandable (`expand(card_id)`) and persisted under `path`.
+Mem0's verbs — `get_all`, `search`, `get`, `history`, `delete`, `delete_all`, `reset` — come from
+`damc.runtime.verbs.MemoryVerbs`; erasure leaves no text of the erased cards in any file of the store.
 
 Scopes (Mem0's convention): every card belongs to a `user_id` (default "default") and an optional `agent_id`;
 `session_id` is the conversation (Mem0's `run_id`). Set the memory's scope when opening it
@@ -37,7 +39,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
@@ -57,6 +58,7 @@ from damc.runtime.scope import Scope, tag_card
 from damc.runtime.select import Selector, Threshold, TopK, default_budget
 from damc.runtime.store import CardStore, StoreConfig, StoredCard
 from damc.runtime.valuers import CachedValuer, HeuristicValuer, ScorerValuer, Valuer, is_pinned
+from damc.runtime.verbs import MemoryVerbs, iso as _now_iso
 
 if TYPE_CHECKING:
     from damc.runtime.explain import Explanation
@@ -103,11 +105,7 @@ def with_age(sc: StoredCard, session_id: str, u: int) -> Card:
     return card
 
 
-def _now_iso(t: float) -> str:
-    return datetime.fromtimestamp(t, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-class DecisionAwareMemory:
+class DecisionAwareMemory(MemoryVerbs):
     """Decision-aware memory for a tool-calling agent (see module docstring).
 
     Args:
@@ -237,14 +235,15 @@ class DecisionAwareMemory:
     # ------------------------------------------------------------------ retrieval
 
     def candidates(self, query: str, *, session_id: str | None = None, from_position: int | None = None,
-                   user_id: str | None = None, agent_id: str | None = None
+                   user_id: str | None = None, agent_id: str | None = None, config: MemoryConfig | None = None
                    ) -> tuple[list[StoredCard], dict[str, list[str]]]:
         """Candidate cards for a query: FAISS top-N ∪ recent ∪ pinned (capped), and why each is one.
 
         Only the scope's cards, and only the session's own unless `share_sessions`; the session's cards at
-        positions ≥ `from_position` (the current turn) are left out.
+        positions ≥ `from_position` (the current turn) are left out. `config` overrides the memory's settings for
+        this call (`search` widens `top_n` to its `limit`).
         """
-        cfg = self.config
+        cfg = config or self.config
         sid = session_id or cfg.session_id
         scope = self._scope(user_id, agent_id)
         only = None if cfg.share_sessions else sid
@@ -411,13 +410,7 @@ class DecisionAwareMemory:
             PermissionError: the card belongs to another scope only.
             KeyError: no scope holds a card with this id.
         """
-        scope = self._scope(user_id, agent_id)
-        card = self.store.get(card_id, scope)
-        if card is None:
-            if self.store.holds_elsewhere(card_id, scope):
-                raise PermissionError(f"card {card_id!r} belongs to another scope than {scope}")
-            raise KeyError(f"no card {card_id!r} in this memory")
-        return card
+        return self._stored_or_raise(card_id, self._scope(user_id, agent_id)).card
 
     def explain(self, context: Context, print_: bool = False) -> "Explanation":
         """Which cards were kept or dropped, with scores, tokens saved and why (`str()` it to read)."""
