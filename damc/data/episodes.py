@@ -28,7 +28,7 @@ from typing import Any, Iterable, Iterator
 
 logger = logging.getLogger(__name__)
 
-ROLES = ("system", "user", "assistant", "tool")
+ROLES = ("system", "developer", "user", "assistant", "tool")   # "developer": OpenAI's newer system
 
 
 class EpisodeFormatError(ValueError):
