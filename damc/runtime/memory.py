@@ -449,6 +449,40 @@ class DecisionAwareMemory:
         return lifecycle.merge_similar(self, threshold, neighbors=neighbors, scope=self._scope(user_id, agent_id),
                                        share_sessions=self.config.share_sessions)
 
+    # ------------------------------------------------------------------ async
+
+    def _serialized(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run `fn` under the memory's async lock (in the worker thread that called it)."""
+        with self._async_lock:
+            return fn(*args, **kwargs)
+
+    async def aadd_messages(self, messages: Iterable[dict[str, Any]], session_id: str | None = None, *,
+                            user_id: str | None = None, agent_id: str | None = None) -> list[str]:
+        """`add_messages` for asyncio code: runs in a worker thread (`asyncio.to_thread`), so the event loop keeps
+        serving other coroutines while the store writes. Calls of one memory run one at a time (one lock):
+        the store, index and valuer caches see no interleaving; different memories run in parallel."""
+        msgs = list(messages)   # an iterator the caller hands over is consumed here, not in the thread
+        return await asyncio.to_thread(self._serialized, self.add_messages, msgs, session_id, user_id=user_id,
+                                       agent_id=agent_id)
+
+    async def abuild_context(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None,
+                             *args: Any, **kwargs: Any) -> Context:
+        """`build_context` for asyncio code (same arguments, same result), in a worker thread like
+        `aadd_messages`: ingestion, retrieval, valuing and token counting never block the event loop.
+
+        Example:
+            >>> ctx = await memory.abuild_context(messages, tools=tools, session_id="chat-42")
+            >>> reply = await aclient.chat.completions.create(model=..., messages=ctx.messages, tools=tools)
+        """
+        return await asyncio.to_thread(self._serialized, self.build_context, list(messages), tools, *args, **kwargs)
+
+    @property
+    def _async_lock(self) -> threading.Lock:
+        lock = self.__dict__.get("_alock")
+        if lock is None:   # created on first use; setdefault keeps one lock if two threads race here
+            lock = self.__dict__.setdefault("_alock", threading.Lock())
+        return lock
+
     # ------------------------------------------------------------------ housekeeping
 
     def flush(self) -> None:
