@@ -17,7 +17,8 @@
   (`placement="message"`, default; or inside the last instruction message, `placement="system"`), then the
   current turn verbatim. No system prompt or tool-call syntax is added: tools stay in the caller's `tools`.
 
-Everything is explainable (`explain(context)`), expandable (`expand(card_id)`) and persisted under `path`.
+Everything is explainable (`explain(context)`), expandable (`expand(card_id)`) and persisted under `path`. Asyncio code awaits
+`abuild_context` / `aadd_messages` (`damc.runtime.aio`: a worker thread per call, the event loop never blocked).
 
 Scopes (Mem0's convention): every card belongs to a `user_id` (default "default") and an optional `agent_id`;
 `session_id` is the conversation (Mem0's `run_id`). Set the memory's scope when opening it
@@ -35,10 +36,8 @@ Example:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
-import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -50,6 +49,7 @@ from damc.cards import Card, card_id as make_card_id, token_counter
 from damc.prompting import PLACEMENTS, neutralize_line
 from damc.query import render_decision_query
 from damc.runtime import lifecycle
+from damc.runtime.aio import AsyncMethods
 from damc.runtime.assemble import assemble, leading_instructions, prompt_tokens, split_conversation
 from damc.runtime.compress import COMPRESSORS, Compressor
 from damc.runtime.context import Context, DroppedCard, SelectedCard
@@ -110,7 +110,7 @@ def _now_iso(t: float) -> str:
     return datetime.fromtimestamp(t, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-class DecisionAwareMemory:
+class DecisionAwareMemory(AsyncMethods):
     """Decision-aware memory for a tool-calling agent (see module docstring).
 
     Args:
@@ -448,40 +448,6 @@ class DecisionAwareMemory:
         (`damc.runtime.lifecycle.merge_similar`). Returns the new cards."""
         return lifecycle.merge_similar(self, threshold, neighbors=neighbors, scope=self._scope(user_id, agent_id),
                                        share_sessions=self.config.share_sessions)
-
-    # ------------------------------------------------------------------ async
-
-    def _serialized(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """Run `fn` under the memory's async lock (in the worker thread that called it)."""
-        with self._async_lock:
-            return fn(*args, **kwargs)
-
-    async def aadd_messages(self, messages: Iterable[dict[str, Any]], session_id: str | None = None, *,
-                            user_id: str | None = None, agent_id: str | None = None) -> list[str]:
-        """`add_messages` for asyncio code: runs in a worker thread (`asyncio.to_thread`), so the event loop keeps
-        serving other coroutines while the store writes. Calls of one memory run one at a time (one lock):
-        the store, index and valuer caches see no interleaving; different memories run in parallel."""
-        msgs = list(messages)   # an iterator the caller hands over is consumed here, not in the thread
-        return await asyncio.to_thread(self._serialized, self.add_messages, msgs, session_id, user_id=user_id,
-                                       agent_id=agent_id)
-
-    async def abuild_context(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None,
-                             *args: Any, **kwargs: Any) -> Context:
-        """`build_context` for asyncio code (same arguments, same result), in a worker thread like
-        `aadd_messages`: ingestion, retrieval, valuing and token counting never block the event loop.
-
-        Example:
-            >>> ctx = await memory.abuild_context(messages, tools=tools, session_id="chat-42")
-            >>> reply = await aclient.chat.completions.create(model=..., messages=ctx.messages, tools=tools)
-        """
-        return await asyncio.to_thread(self._serialized, self.build_context, list(messages), tools, *args, **kwargs)
-
-    @property
-    def _async_lock(self) -> threading.Lock:
-        lock = self.__dict__.get("_alock")
-        if lock is None:   # created on first use; setdefault keeps one lock if two threads race here
-            lock = self.__dict__.setdefault("_alock", threading.Lock())
-        return lock
 
     # ------------------------------------------------------------------ housekeeping
 
