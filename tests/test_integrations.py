@@ -165,6 +165,14 @@ def test_openai_wrapper_takes_responses_api_items_and_returns_items():
     assert fake.calls[-1]["input"][-1] == {"role": "user", "content": "Just a string."}
     with pytest.raises(TypeError, match=r"input\[1\] is a str"):
         client.responses.create(model="m", input=[items[0], "oops"])
+    # placement=system: the block joins the developer item, still in the Responses API's own part type
+    from damc.runtime.config import MemoryConfig
+
+    sysmem = DecisionAwareMemory(None, session_id="rs2", config=MemoryConfig(placement="system"))
+    DAMCOpenAI(fake, sysmem).responses.create(model="m", input=items)
+    first = fake.calls[-1]["input"][0]
+    assert first["role"] == "developer" and [p["type"] for p in first["content"]] == ["input_text", "input_text"]
+    assert "## Relevant history" in first["content"][1]["text"] and fake.calls[-1]["input"][1:] == items[-4:]
 
 
 def _sdk_style(fn):

@@ -120,7 +120,10 @@ def _forwarded_items(items: str | Sequence[Any], msgs: list[dict[str, Any]], ori
     prefix = []
     for j, m in enumerate(ctx.prefix_messages):
         same = j < len(msgs) and j < turn_at and m == msgs[j]
-        prefix.append(items[origin[j]] if same else {"role": m["role"], "content": m["content"]})
+        content = m["content"]
+        if isinstance(content, list):   # chat text parts back to the Responses API's input parts
+            content = [{"type": "input_text", "text": p.get("text", "")} if isinstance(p, dict) else p for p in content]
+        prefix.append(items[origin[j]] if same else {"role": m["role"], "content": content})
     return prefix + list(items[start:])
 
 
