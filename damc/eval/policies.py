@@ -225,7 +225,8 @@ class CardPolicy(Policy):
         ctx = memory.build_context(list(view.messages), list(view.tools) or None, budget_tokens=setting.budget,
                                    session_id=view.session_id, now=view.now, valuer=valuer,
                                    selector=self.selector(setting), compressor=self.compressor(setting))
-        return PolicyOutput(decision_messages(view.messages, view.tools, ctx, memory.config.placement), [s.card_id for s in ctx.selected], ctx.candidate_ids, ctx.memory_tokens,
+        return PolicyOutput(decision_messages(view.messages, view.tools, ctx, memory.config.placement),
+                            [s.card_id for s in ctx.selected], ctx.candidate_ids, ctx.memory_tokens,
                             dict(ctx.timings_ms), {s.card_id: s.value for s in ctx.selected})
 
 

@@ -17,8 +17,8 @@
   (`placement="message"`, default; or inside the last instruction message, `placement="system"`), then the
   current turn verbatim. No system prompt or tool-call syntax is added: tools stay in the caller's `tools`.
 
-Everything is explainable (`explain(context)`), expandable (`expand(card_id)`) and persisted under `path`. Asyncio code awaits
-`abuild_context` / `aadd_messages` (`damc.runtime.aio`: a worker thread per call, the event loop never blocked).
+Everything is explainable (`explain(context)`), expandable (`expand(card_id)`) and persisted under `path`.
+Asyncio code awaits `abuild_context` / `aadd_messages` (`damc.runtime.aio`: a worker thread per call).
 
 Scopes (Mem0's convention): every card belongs to a `user_id` (default "default") and an optional `agent_id`;
 `session_id` is the conversation (Mem0's `run_id`). Set the memory's scope when opening it

@@ -57,7 +57,8 @@ def _from_context(lc: list[Any], oa: list[dict[str, Any]], ctx: Any) -> list[Any
         if j < len(oa) - n_turn and m == oa[j]:
             prefix.append(lc[j])
         else:
-            prefix.append(HumanMessage(content=m["content"]) if m["role"] == "user" else SystemMessage(content=m["content"]))
+            cls = HumanMessage if m["role"] == "user" else SystemMessage
+            prefix.append(cls(content=m["content"]))
     return prefix + list(lc[len(lc) - n_turn:] if n_turn else [])
 
 

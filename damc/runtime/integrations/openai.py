@@ -79,8 +79,8 @@ def responses_to_chat(items: str | Sequence[Any]) -> tuple[list[dict[str, Any]],
             open_calls = m["role"] == "assistant"
         elif kind == "function_call":
             args = it.get("arguments", "{}")
-            call = {"id": it.get("call_id") or it.get("id"), "type": "function",
-                    "function": {"name": it.get("name"), "arguments": args if isinstance(args, str) else json.dumps(args)}}
+            call = {"id": it.get("call_id") or it.get("id"), "type": "function", "function": {
+                "name": it.get("name"), "arguments": args if isinstance(args, str) else json.dumps(args)}}
             if open_calls:
                 msgs[-1].setdefault("tool_calls", []).append(call)
             else:
@@ -155,7 +155,7 @@ class _Responses:
     def __init__(self, owner: "DAMCOpenAI"):
         self._owner = owner
 
-    def create(self, *, input: str | list[Any], tools: list[dict[str, Any]] | None = None,  # noqa: A002
+    def create(self, *, input: str | list[Any], tools: list[dict[str, Any]] | None = None,
                **kwargs: Any) -> Any:
         o = self._owner
         target = o.client.responses.create
