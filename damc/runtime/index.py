@@ -47,6 +47,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from damc.data.episodes import default_file_mode
 from damc.runtime.scope import DEFAULT_SCOPE, Scope
 from damc.runtime.store import CardStore
 
@@ -127,6 +128,7 @@ def write_index_file(path: str | os.PathLike, index: Any, header: dict[str, Any]
             fh.write(MAGIC + struct.pack("<Q", len(head)) + head + payload)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, default_file_mode())  # mkstemp creates 0600: the same mode as the cards.db beside it
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

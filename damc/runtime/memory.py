@@ -12,13 +12,15 @@
 * **select**: a pluggable `Selector` under a token budget (default: 65 % of what the context window
   has left after the system prompt, tools and the current turn).
 * **compress**: a pluggable `Compressor` (default: templates), one `[card_id]` line per card.
-* **assemble**: `damc.prompting.build_decision_messages` — system, "Relevant history", tools, current turn; the
-  history is fenced and labelled as retrieved records in a message of its own (`placement="message"`, default)
-  or inside the system message (`placement="system"`).
+* **assemble**: `damc.runtime.assemble.assemble` — the caller's own chat format: its leading system / developer
+  messages verbatim, the fenced and labelled "Relevant history" records in a `user` message of their own
+  (`placement="message"`, default; or inside the last instruction message, `placement="system"`), then the
+  current turn verbatim. No system prompt or tool-call syntax is added: tools stay in the caller's `tools`.
 
 Everything is explainable (`explain(context)`), expandable (`expand(card_id)`) and persisted under `path`.
 Mem0's verbs — `get_all`, `search`, `get`, `history`, `delete`, `delete_all`, `reset` — come from
 `damc.runtime.verbs.MemoryVerbs`; erasure leaves no text of the erased cards in any file of the store.
+Asyncio code awaits `abuild_context` / `aadd_messages` (`damc.runtime.aio`: a worker thread per call).
 
 Scopes (Mem0's convention): every card belongs to a `user_id` (default "default") and an optional `agent_id`;
 `session_id` is the conversation (Mem0's `run_id`). Set the memory's scope when opening it
@@ -30,7 +32,7 @@ candidates only with `share_sessions=True`. `expand` of a card that only another
 Example:
     >>> memory = DecisionAwareMemory("runs/mem", user_id="alice")
     >>> ctx = memory.build_context(messages, tools=tools, session_id="chat-42")
-    >>> reply = client.chat.completions.create(model=..., messages=ctx.messages)
+    >>> reply = client.chat.completions.create(model=..., messages=ctx.messages, tools=tools)
     >>> print(memory.explain(ctx))
 """
 
@@ -48,7 +50,8 @@ from damc.cards import Card, card_id as make_card_id, token_counter
 from damc.prompting import PLACEMENTS, neutralize_line
 from damc.query import render_decision_query
 from damc.runtime import lifecycle
-from damc.runtime.assemble import assemble, prompt_tokens, split_conversation
+from damc.runtime.aio import AsyncMethods
+from damc.runtime.assemble import assemble, leading_instructions, prompt_tokens, split_conversation
 from damc.runtime.compress import COMPRESSORS, Compressor
 from damc.runtime.context import Context, DroppedCard, SelectedCard
 from damc.runtime.config import MemoryConfig
@@ -105,7 +108,7 @@ def with_age(sc: StoredCard, session_id: str, u: int) -> Card:
     return card
 
 
-class DecisionAwareMemory(MemoryVerbs):
+class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
     """Decision-aware memory for a tool-calling agent (see module docstring).
 
     Args:
@@ -197,8 +200,8 @@ class DecisionAwareMemory(MemoryVerbs):
             return [self.count_tokens(t) for t in texts]
         return [len(ids) for ids in tok(texts, add_special_tokens=False)["input_ids"]]
 
-    def _prompt_tokens(self, messages: Sequence[dict[str, str]]) -> int:
-        return prompt_tokens(messages, self.tokenizer)
+    def _prompt_tokens(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None) -> int:
+        return prompt_tokens(messages, self.tokenizer, tools=tools)
 
     # ------------------------------------------------------------------ ingestion
 
@@ -307,8 +310,10 @@ class DecisionAwareMemory(MemoryVerbs):
             messages: the live conversation (OpenAI format). Messages before the current (last) user
                 turn that the store has not seen yet are recorded first; the current turn and after are
                 kept verbatim.
-            tools: OpenAI tool schemas available now.
-            system: system prompt (default: the conversation's own system message, else DAMC's default).
+            tools: OpenAI tool schemas available now (they steer the decision query and count against the
+                window; they are not written into the messages: pass them to your API's `tools` yourself).
+            system: system prompt sent as one leading system message instead of the conversation's own
+                system / developer messages (default: those, verbatim; none when the conversation has none).
             budget_tokens: memory budget (default: `budget_fraction` of what the window has left).
             session_id: session of `messages` (default: the memory's).
             user_id / agent_id: scope of the conversation (default: the memory's); only its cards are candidates.
@@ -322,8 +327,8 @@ class DecisionAwareMemory(MemoryVerbs):
         now = time.time() if now is None else now
         valuer, selector = valuer or self.valuer, selector or self.selector
         msgs = list(messages)
-        own_system, history, turn, u = split_conversation(msgs)
-        system = system if system is not None else own_system
+        _, history, turn, u = split_conversation(msgs)
+        instructions = [{"role": "system", "content": system}] if system is not None else leading_instructions(msgs)
         timings: dict[str, float] = {}
 
         t = time.perf_counter()
@@ -348,7 +353,7 @@ class DecisionAwareMemory(MemoryVerbs):
             values = valuer.value(query, cards, now)
         timings["value"] = (time.perf_counter() - t) * 1000
 
-        ctx = self._pack(query, stored, cards, values, why, (system, tools, history, turn), budget_tokens, now,
+        ctx = self._pack(query, stored, cards, values, why, (instructions, tools, history, turn), budget_tokens, now,
                          selector, compressor or self.compressor, timings, notes)
         ctx.session_id, ctx.user_id, ctx.agent_id = sid, scope.user_id, scope.agent_id
         ctx.n_hot = self.store.count("hot", scope)
@@ -365,12 +370,12 @@ class DecisionAwareMemory(MemoryVerbs):
               why: dict[str, list[str]], parts: tuple, budget_tokens: int | None, now: float, selector: Selector,
               compressor: Compressor, timings: dict[str, float],
               notes: Sequence[str | None] | None = None) -> Context:
-        """select → compress → assemble over valued candidates; `parts` = (system, tools, history, turn)."""
-        system, tools, history, turn = parts
+        """select → compress → assemble over valued candidates; `parts` = (instructions, tools, history, turn)."""
+        instructions, tools, history, turn = parts
         notes = list(notes) if notes is not None else [None] * len(cards)
         cfg = self.config
         t = time.perf_counter()
-        base_tokens = self._prompt_tokens(assemble(system, tools, [], turn, placement=cfg.placement))
+        base_tokens = self._prompt_tokens(assemble(instructions, [], turn, placement=cfg.placement), tools)
         budget = budget_tokens if budget_tokens is not None else \
             default_budget(cfg.context_window, base_tokens, cfg.budget_fraction)
         line_tokens = self._count_many([neutralize_line(f"[{c.card_id}] {text}")
@@ -386,9 +391,9 @@ class DecisionAwareMemory(MemoryVerbs):
         timings["compress"] = (time.perf_counter() - t) * 1000
 
         t = time.perf_counter()
-        out_msgs = assemble(system, tools, lines, turn, placement=cfg.placement)
-        tokens_after = self._prompt_tokens(out_msgs)
-        tokens_before = self._prompt_tokens(assemble(system, tools, [], turn, history=history, placement=cfg.placement))
+        out_msgs = assemble(instructions, lines, turn, placement=cfg.placement)
+        tokens_after = self._prompt_tokens(out_msgs, tools)
+        tokens_before = self._prompt_tokens([*instructions, *history, *turn], tools)
         timings["assemble"] = (time.perf_counter() - t) * 1000
 
         selected = [SelectedCard(cards[i].card_id, float(values[i]), float(sel.scores[i]), kept_tokens[j],
