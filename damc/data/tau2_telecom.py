@@ -249,6 +249,7 @@ def replay_telecom_task(dom: TelecomDomain, index: int, task: Any, n_distractors
     user_turns: dict[str, str] = {}
     decision_values: dict[int, list[Any]] = {}
     errors, user_actions, decisions = [], [], []
+    gold_messages: dict[str, int] = {}  # gold action id -> its message (assistant call or user report)
     k = 0  # agent step counter
 
     def say(turn: UserTurn) -> None:
@@ -262,6 +263,7 @@ def replay_telecom_task(dom: TelecomDomain, index: int, task: Any, n_distractors
                 errors.append({"message_index": len(messages), "action_id": aid, "tool": tool,
                                "requestor": "user", "error": resp.content})
             user_actions.append({"message_index": len(messages), "action_id": aid, "tool": tool, "arguments": args})
+            gold_messages[str(aid)] = len(messages)
             say(UserTurn(k, "report", report_text(tool, args, resp.content)))
             continue
         for t in (t for t in turns if t.before_action == k):
@@ -269,6 +271,8 @@ def replay_telecom_task(dom: TelecomDomain, index: int, task: Any, n_distractors
         call = f"call_{k}"
         decision_values[len(messages)] = values[k]
         decisions.append((len(messages), tool, args))
+        if aid is not None:
+            gold_messages[aid] = len(messages)
         messages.append({"role": "assistant", "content": None, "tool_calls": [
             {"id": call, "type": "function",
              "function": {"name": tool, "arguments": json.dumps(args, ensure_ascii=False)}}]})
@@ -290,7 +294,7 @@ def replay_telecom_task(dom: TelecomDomain, index: int, task: Any, n_distractors
         "action_ids": [a.action_id for a in task.evaluation_criteria.actions],
         "agent_actions": [aid for _, _, aid, _ in agent if aid is not None],
         "write_actions": sum(tool in dom.write_tools for tool, _, aid, _ in agent if aid is not None),
-        "user_actions": user_actions, "user_turns": user_turns, "tool_errors": errors,
+        "gold_messages": gold_messages, "user_actions": user_actions, "user_turns": user_turns, "tool_errors": errors,
         "env_assertions": {"passed": passed, "total": len(assertions)},
         "key_card_ids": keys, "key_facts": facts,
     }
