@@ -19,6 +19,9 @@ may lie in the current turn (then history is not needed for it: see `summarize`'
 `key_before_turn_share`). `Episode.distractors` come from the database: the same tool with the caller's
 other real orders, items, products, reservations or payment methods, never the gold.
 
+Telecom, whose gold is mostly the caller's own device actions, is replayed by `damc.data.tau2_telecom`
+(`build_tau2_episodes` and `build_tau2_splits` hand it over; it is test-only like airline).
+
 Only `tau2.domains.*` and `tau2.data_model.*` are imported (`tau2.run` and `tau2.utils.llm_utils` pull in
 LLM clients). Gold arguments given as a string are parsed (JSON or `ast.literal_eval`), never evaluated; a
 `calculate` expression is checked with `ast` to be plain arithmetic before the environment computes it.
