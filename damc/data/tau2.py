@@ -370,6 +370,11 @@ def db_distractors(dom: Tau2Domain, uid: str | None, tool: str, args: dict[str, 
         rendered = [render_call(tool, a) for a in alts]
         rng.shuffle(rendered)
         pools.append(rendered)
+    return round_robin(pools, gold, n)
+
+
+def round_robin(pools: list[list[str]], gold: str, n: int) -> list[str]:
+    """Up to `n` actions taken from the pools in turn (first of each, then second, ...), never `gold`, no duplicates."""
     out: list[str] = []
     for rank in range(max((len(p) for p in pools), default=0)):
         for pool in pools:

@@ -51,7 +51,8 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from damc.data.episodes import Episode, render_call
-from damc.data.tau2 import Tau2Config, Tau2DataError, Tau2Domain, gold_arguments, key_values, load_domain
+from damc.data.tau2 import (Tau2Config, Tau2DataError, Tau2Domain, gold_arguments, key_values, load_domain,
+                            round_robin)
 from damc.data.tau2_user import UserTurn, key_card_ids, plan_user_turns, split_sentences, value_pattern
 
 logger = logging.getLogger(__name__)
@@ -163,12 +164,7 @@ def _distractors(db: Any, customer: Any, tool: str, args: dict[str, Any], n: int
             rendered = [render_call(tool, {**args, key: x}) for x in same_kind]
             rng.shuffle(rendered)
             swaps.append(rendered)
-    out: list[str] = []
-    for rank in range(max((len(p) for p in swaps), default=0)):
-        for pool in swaps:
-            if rank < len(pool) and pool[rank] != gold and pool[rank] not in out and len(out) < n:
-                out.append(pool[rank])
-    return out
+    return round_robin(swaps, gold, n)
 
 
 def replay_telecom_task(dom: TelecomDomain, index: int, task: Any, n_distractors: int = 3) -> Episode:
