@@ -19,9 +19,6 @@ may lie in the current turn (then history is not needed for it: see `summarize`'
 `key_before_turn_share`). `Episode.distractors` come from the database: the same tool with the caller's
 other real orders, items, products, reservations or payment methods, never the gold.
 
-Telecom, whose gold is mostly the caller's own device actions, is replayed by `damc.data.tau2_telecom`
-(`build_tau2_episodes` and `build_tau2_splits` hand it over; it is test-only like airline).
-
 Only `tau2.domains.*` and `tau2.data_model.*` are imported (`tau2.run` and `tau2.utils.llm_utils` pull in
 LLM clients). Gold arguments given as a string are parsed (JSON or `ast.literal_eval`), never evaluated; a
 `calculate` expression is checked with `ast` to be plain arithmetic before the environment computes it.
@@ -370,11 +367,6 @@ def db_distractors(dom: Tau2Domain, uid: str | None, tool: str, args: dict[str, 
         rendered = [render_call(tool, a) for a in alts]
         rng.shuffle(rendered)
         pools.append(rendered)
-    return round_robin(pools, gold, n)
-
-
-def round_robin(pools: list[list[str]], gold: str, n: int) -> list[str]:
-    """Up to `n` actions taken from the pools in turn (first of each, then second, ...), never `gold`, no duplicates."""
     out: list[str] = []
     for rank in range(max((len(p) for p in pools), default=0)):
         for pool in pools:
@@ -443,18 +435,18 @@ def replay_task(dom: Tau2Domain, task: Any, actions: list[tuple[str, str, dict[s
                    messages=messages, distractors=distractors, metadata=metadata)
 
 
-def build_tau2_episodes(cfg: Tau2Config | None = None, dom: Tau2Domain | None = None) -> list[Episode]:
+def build_tau2_episodes(cfg: Tau2Config | None = None, dom: Tau2Domain | None = None, seed: int = 0) -> list[Episode]:
     """Replay every kept task of a domain (see `kept_tasks`) into Episodes, in tasks.json order.
 
     Args:
         cfg: domain, limit, distractors, progress bar.
         dom: an already loaded domain (default: `load_domain(cfg.domain)`).
+        seed: telecom only (replayed by `damc.data.tau2_telecom`, the caller's device actions as user turns).
     """
     cfg = cfg or Tau2Config()
     if cfg.domain == "telecom":
         from damc.data.tau2_telecom import build_telecom_episodes
-
-        return build_telecom_episodes(cfg, dom=dom)
+        return build_telecom_episodes(cfg, seed=seed, dom=dom)
     if cfg.sample is not None:
         raise ValueError(f"tau2.sample applies to telecom only (tau2.domain is {cfg.domain!r}); use tau2.limit")
     dom = dom or load_domain(cfg.domain)
@@ -487,12 +479,7 @@ def build_tau2_splits(cfg: Tau2Config, seed: int = 0, fractions: dict[str, float
         fractions: train/dev/test shares (default 0.8/0.1/0.1); ignored for test-only domains.
         dom: an already loaded domain.
     """
-    if cfg.domain == "telecom":
-        from damc.data.tau2_telecom import build_telecom_episodes
-
-        episodes = build_telecom_episodes(cfg, seed=seed, dom=dom)
-    else:
-        episodes = build_tau2_episodes(cfg, dom)
+    episodes = build_tau2_episodes(cfg, dom, seed)
     if cfg.domain in TEST_ONLY_DOMAINS:
         logger.info("tau2 %s is test-only: all %d episodes go to test", cfg.domain, len(episodes))
         return {"train": [], "dev": [], "test": episodes}

@@ -51,8 +51,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from damc.data.episodes import Episode, render_call
-from damc.data.tau2 import (Tau2Config, Tau2DataError, Tau2Domain, gold_arguments, key_values, load_domain,
-                            round_robin)
+from damc.data.tau2 import Tau2Config, Tau2DataError, Tau2Domain, gold_arguments, key_values, load_domain
 from damc.data.tau2_user import UserTurn, key_card_ids, plan_user_turns, split_sentences, value_pattern
 
 logger = logging.getLogger(__name__)
@@ -131,17 +130,17 @@ def report_text(tool: str, args: dict[str, Any], result: str) -> str:
 def sample_tasks(dom: TelecomDomain, n: int | None, seed: int) -> list[tuple[int, Any]]:
     """A seeded sample of `n` tasks with gold actions, `(index in tasks.json, task)` in tasks.json order (None: all)."""
     kept = [(i, t) for i, t in enumerate(dom.tasks) if t.evaluation_criteria and t.evaluation_criteria.actions]
+    if n is not None and n <= 0:
+        raise ValueError(f"tau2.sample must be a positive number of tasks, got {n}")
     if n is None or n >= len(kept):
         return kept
-    if n <= 0:
-        raise ValueError(f"tau2.sample must be a positive number of tasks, got {n}")
     pick = sorted(random.Random(f"damc-tau2-telecom:{seed}").sample(range(len(kept)), n))
     return [kept[i] for i in pick]
 
 
 # ----------------------------------------------------------------------------- replay
 
-def _call(dom: TelecomDomain, env: Any, call_id: str, tool: str, args: dict[str, Any], requestor: str) -> Any:
+def _call(env: Any, call_id: str, tool: str, args: dict[str, Any], requestor: str) -> Any:
     """Run one tool call through the environment (syncing device and database, as a live run does)."""
     from tau2.data_model.message import ToolCall
 
@@ -149,22 +148,103 @@ def _call(dom: TelecomDomain, env: Any, call_id: str, tool: str, args: dict[str,
 
 
 def _distractors(db: Any, customer: Any, tool: str, args: dict[str, Any], n: int, rng: random.Random) -> list[str]:
-    """Up to `n` look-alikes: `tool` with one id swapped for another of the caller's lines, bills or numbers."""
-    lines = {ln.line_id: ln for ln in db.lines if ln.line_id in customer.line_ids}
-    pools: dict[str, list[Any]] = {
-        "line_id": list(lines), "bill_id": list(customer.bill_ids),
-        "phone_number": [ln.phone_number for ln in lines.values()],
-        "id": list(lines) + list(customer.bill_ids) + [p.plan_id for p in db.plans],
+    """Up to `n` look-alikes: `tool` with its id swapped for another of the caller's lines, bills or numbers.
+
+    Telecom calls have one swappable argument at most (`line_id`, `bill_id`, `id` or `phone_number`);
+    an `id` is swapped for one of the same kind (L..., B..., P...). Never the gold; shuffled with `rng`.
+    """
+    lines = [ln for ln in db.lines if ln.line_id in customer.line_ids]
+    pools: dict[str, list[str]] = {
+        "line_id": [ln.line_id for ln in lines], "bill_id": list(customer.bill_ids),
+        "phone_number": [ln.phone_number for ln in lines],
+        "id": [ln.line_id for ln in lines] + list(customer.bill_ids) + [p.plan_id for p in db.plans],
     }
-    gold = render_call(tool, args)
-    swaps = []
-    for key, pool in pools.items():
-        if isinstance(args.get(key), str):
-            same_kind = [x for x in pool if x != args[key] and x[:1] == args[key][:1]]  # L.., B.., P.., 555-..
-            rendered = [render_call(tool, {**args, key: x}) for x in same_kind]
-            rng.shuffle(rendered)
-            swaps.append(rendered)
-    return round_robin(swaps, gold, n)
+    key = next((k for k in pools if isinstance(args.get(k), str) and args[k]), None)
+    if key is None:
+        return []
+    alts = [render_call(tool, {**args, key: x}) for x in pools[key] if x != args[key] and x[:1] == args[key][:1]]
+    rng.shuffle(alts)
+    return alts[:n]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a replayed task.
+
+    Attributes:
+        side: "agent" (a decision: an assistant tool call) or "user" (a device action, reported in a user turn).
+        tool: the tool's name.
+        args: its arguments.
+        action_id: the gold action's id, or None for a lookup or a presupposed read.
+        serves: for an agent step, the id of the gold write whose block it belongs to (None: a lookup).
+    """
+
+    side: str
+    tool: str
+    args: dict[str, Any]
+    action_id: str | None = None
+    serves: str | None = None
+
+
+def _caller(env: Any, where: str) -> tuple[Any, str, dict[str, Any]]:
+    """The caller's customer record, their line id and every line by id, after the initialization actions."""
+    db = env.tools.db
+    phone = env.user_tools.db.surroundings.phone_number
+    lines = {ln.line_id: ln for ln in db.lines}
+    customer = next((c for c in db.customers if any(lines[i].phone_number == phone for i in c.line_ids
+                                                    if i in lines)), None)
+    if customer is None:
+        raise Tau2DataError(f"{where}: no customer has a line with the caller's number {phone!r} "
+                            f"(initialization_actions set_user_info)")
+    return customer, next(i for i in customer.line_ids if lines[i].phone_number == phone), lines
+
+
+def plan_steps(task: Any, customer: Any, own_line: str, lines: dict[str, Any], where: str) -> list[Step]:
+    """The lookups, then each gold action in order, agent writes preceded by the reads they presuppose."""
+    phone = lines[own_line].phone_number
+    steps = [Step("agent", "get_customer_by_phone", {"phone_number": phone})]
+    steps += [Step("agent", "get_details_by_id", {"id": i})
+              for i in customer.line_ids[: customer.line_ids.index(own_line) + 1]]
+    requested_bill = None
+    for a in task.evaluation_criteria.actions:
+        args = gold_arguments(a, f"{where} action {a.action_id}")
+        if a.requestor == "user":
+            steps.append(Step("user", a.name, args, a.action_id))
+            continue
+        for read, keys in PRESUPPOSED_READS.get(a.name, []):
+            if keys == ("plan_id",):
+                read_args = {"id": lines[args.get("line_id", own_line)].plan_id}
+            elif keys == ("bill_id",):
+                if requested_bill is None:
+                    continue
+                read_args = {"id": requested_bill}
+            else:
+                read_args = {k: args[k] for k in keys}
+            steps.append(Step("agent", read, read_args, None, a.action_id))
+        if a.name == "send_payment_request":
+            requested_bill = args.get("bill_id")
+        steps.append(Step("agent", a.name, args, a.action_id, a.action_id))
+    return steps
+
+
+def _plan_turns(dom: TelecomDomain, scenario: dict[str, Any], agent: list[Step],
+                values: list[list[Any]]) -> list[UserTurn]:
+    """The caller's info and confirmation turns (`plan_user_turns`), placed by agent step.
+
+    A write and the reads it presupposes are one block: the sentences its values need are said before the
+    block. Of `task_instructions`, only sentences holding a gold value are spoken (the refuel amount).
+    """
+    gold_values = {st.action_id: vs for st, vs in zip(agent, values) if st.action_id is not None}
+    placement = [vs + [v for v in gold_values.get(st.serves, []) if v not in vs] for st, vs in zip(agent, values)]
+    reason = scenario.get("reason_for_call") or ""
+    for typo, fix in TYPOS.items():
+        reason = reason.replace(typo, fix)
+    needed = [p for vs in values for v in vs if (p := value_pattern(v)) is not None]
+    said = [s for s in split_sentences(scenario.get("task_instructions")) if any(p.search(s) for p in needed)]
+    spoken = {"reason_for_call": " ".join([reason, *said]).strip(), "known_info": scenario.get("known_info"),
+              "unknown_info": scenario.get("unknown_info")}
+    return plan_user_turns(spoken, [[value_pattern(v) for v in vs] for vs in placement],
+                           [st.tool in dom.write_tools for st in agent])
 
 
 def replay_telecom_task(dom: TelecomDomain, index: int, task: Any, n_distractors: int = 3) -> Episode:
@@ -180,8 +260,7 @@ def replay_telecom_task(dom: TelecomDomain, index: int, task: Any, n_distractors
         Tau2DataError: the scenario is not structured, the caller's line is not in the database, or a
             user action has no report wording.
     """
-    ep_id = f"tau2-telecom-{index}"
-    where = f"tau2 telecom task {index} ({task.id})"
+    ep_id, where = f"tau2-telecom-{index}", f"tau2 telecom task {index} ({task.id})"
     instructions = task.user_scenario.instructions
     if isinstance(instructions, str) or instructions is None:
         raise Tau2DataError(f"{where}: user_scenario.instructions is not structured "
@@ -189,95 +268,44 @@ def replay_telecom_task(dom: TelecomDomain, index: int, task: Any, n_distractors
     env = dom.fresh_environment()
     for init in task.initial_state.initialization_actions or []:
         env.run_env_function_call(init)
-    db = env.tools.db
-    phone = env.user_tools.db.surroundings.phone_number
-    customer = next((c for c in db.customers if any(ln.phone_number == phone for ln in db.lines
-                                                    if ln.line_id in c.line_ids)), None)
-    if customer is None:
-        raise Tau2DataError(f"{where}: no customer has a line with the caller's number {phone!r} "
-                            f"(initialization_actions set_user_info)")
-    lines = {ln.line_id: ln for ln in db.lines}
-    own_line = next(lid for lid in customer.line_ids if lines[lid].phone_number == phone)
-
-    # The steps in order: (side, tool, args, gold action id or None, the gold action a presupposed read serves).
-    steps: list[tuple[str, str, dict[str, Any], str | None, str | None]] = [
-        ("agent", "get_customer_by_phone", {"phone_number": phone}, None, None)]
-    for lid in customer.line_ids[: customer.line_ids.index(own_line) + 1]:
-        steps.append(("agent", "get_details_by_id", {"id": lid}, None, None))
-    requested_bill = None
-    for a in task.evaluation_criteria.actions:
-        args = gold_arguments(a, f"{where} action {a.action_id}")
-        if a.requestor == "user":
-            steps.append(("user", a.name, args, a.action_id, None))
-            continue
-        for read, keys in PRESUPPOSED_READS.get(a.name, []):
-            if keys == ("plan_id",):
-                read_args = {"id": lines[args.get("line_id", own_line)].plan_id}
-            elif keys == ("bill_id",):
-                if requested_bill is None:
-                    continue
-                read_args = {"id": requested_bill}
-            else:
-                read_args = {k: args[k] for k in keys}
-            steps.append(("agent", read, read_args, None, a.action_id))
-        if a.name == "send_payment_request":
-            requested_bill = args.get("bill_id")
-        steps.append(("agent", a.name, args, a.action_id, a.action_id))
-
-    agent = [(tool, args, aid, serves) for side, tool, args, aid, serves in steps if side == "agent"]
-    values = [key_values(tool, args, dom.schema(tool)) for tool, args, _, _ in agent]
-    gold_values = {aid: vs for (_, _, aid, _), vs in zip(agent, values) if aid is not None}
-    # A write and the reads it presupposes are one block: the sentences its values need are said before the block.
-    placement = [vs + [v for v in gold_values.get(serves, []) if v not in vs] if serves else vs
-                 for (_, _, _, serves), vs in zip(agent, values)]
-    scenario = instructions.model_dump()
-    reason = scenario.get("reason_for_call") or ""
-    for typo, fix in TYPOS.items():
-        reason = reason.replace(typo, fix)
-    needed = [p for vs in values for v in vs if (p := value_pattern(v)) is not None]
-    said = [s for s in split_sentences(scenario.get("task_instructions")) if any(p.search(s) for p in needed)]
-    spoken = {"reason_for_call": " ".join([reason, *said]).strip(), "known_info": scenario.get("known_info"),
-              "unknown_info": scenario.get("unknown_info")}
-    turns = plan_user_turns(spoken, [[value_pattern(v) for v in vs] for vs in placement],
-                            [tool in dom.write_tools for tool, _, _, _ in agent])
+    customer, own_line, lines = _caller(env, where)
+    steps = plan_steps(task, customer, own_line, lines, where)
+    agent = [st for st in steps if st.side == "agent"]
+    values = [key_values(st.tool, st.args, dom.schema(st.tool)) for st in agent]
+    turns = _plan_turns(dom, instructions.model_dump(), agent, values)
 
     messages: list[dict[str, Any]] = [{"role": "system", "content": dom.policy}]
     user_turns: dict[str, str] = {}
     decision_values: dict[int, list[Any]] = {}
     errors, user_actions, decisions = [], [], []
     gold_messages: dict[str, int] = {}  # gold action id -> its message (assistant call or user report)
-    k = 0  # agent step counter
-
-    def say(turn: UserTurn) -> None:
-        user_turns[str(len(messages))] = turn.kind
-        messages.append({"role": "user", "content": turn.text})
-
-    for side, tool, args, aid, _ in steps:
-        if side == "user":
-            resp = _call(dom, env, f"user_{len(messages)}", tool, args, "user")
-            if resp.error:
-                errors.append({"message_index": len(messages), "action_id": aid, "tool": tool,
-                               "requestor": "user", "error": resp.content})
-            user_actions.append({"message_index": len(messages), "action_id": aid, "tool": tool, "arguments": args})
-            gold_messages[str(aid)] = len(messages)
-            say(UserTurn(k, "report", report_text(tool, args, resp.content)))
-            continue
-        for t in (t for t in turns if t.before_action == k):
-            say(t)
-        call = f"call_{k}"
-        decision_values[len(messages)] = values[k]
-        decisions.append((len(messages), tool, args))
-        if aid is not None:
-            gold_messages[aid] = len(messages)
-        messages.append({"role": "assistant", "content": None, "tool_calls": [
-            {"id": call, "type": "function",
-             "function": {"name": tool, "arguments": json.dumps(args, ensure_ascii=False)}}]})
-        resp = _call(dom, env, call, tool, args, "assistant")
-        messages.append({"role": "tool", "tool_call_id": call, "content": resp.content})
+    for st in steps:
+        k = len(decisions)  # agent steps so far
+        requestor = "assistant" if st.side == "agent" else "user"
+        call_id = f"call_{k}" if st.side == "agent" else f"user_{len(messages)}"
+        if st.side == "agent":
+            for t in (t for t in turns if t.before_action == k):
+                user_turns[str(len(messages))] = t.kind
+                messages.append({"role": "user", "content": t.text})
+            decision_values[len(messages)] = values[k]
+            decisions.append((len(messages), st.tool, st.args))
+            if st.action_id is not None:
+                gold_messages[st.action_id] = len(messages)
+            messages.append({"role": "assistant", "content": None, "tool_calls": [{
+                "id": call_id, "type": "function",
+                "function": {"name": st.tool, "arguments": json.dumps(st.args, ensure_ascii=False)}}]})
+        resp = _call(env, call_id, st.tool, st.args, requestor)
+        if st.side == "agent":
+            messages.append({"role": "tool", "tool_call_id": call_id, "content": resp.content})
+        else:  # the caller's device action: a user turn reporting it, never an agent tool call
+            gold_messages[str(st.action_id)] = len(messages)
+            user_actions.append({"message_index": len(messages), "action_id": st.action_id, "tool": st.tool,
+                                 "arguments": st.args})
+            user_turns[str(len(messages))] = "report"
+            messages.append({"role": "user", "content": report_text(st.tool, st.args, resp.content)})
         if resp.error:
-            errors.append({"message_index": len(messages) - 1, "action_id": aid, "tool": tool,
-                           "requestor": "assistant", "error": resp.content})
-        k += 1
+            errors.append({"message_index": len(messages) - 1, "action_id": st.action_id, "tool": st.tool,
+                           "requestor": requestor, "error": resp.content})
     assertions = task.evaluation_criteria.env_assertions or []
     passed = sum(bool(env.run_env_assertion(a, raise_assertion_error=False)) for a in assertions)
     keys, facts = key_card_ids(ep_id, messages, decision_values)
@@ -288,10 +316,10 @@ def replay_telecom_task(dom: TelecomDomain, index: int, task: Any, n_distractors
         "source": "tau2", "tau2_domain": "telecom", "task_id": str(task.id), "task_index": index,
         "tau2_version": dom.version, "caller_customer_id": customer.customer_id, "caller_line_id": own_line,
         "action_ids": [a.action_id for a in task.evaluation_criteria.actions],
-        "agent_actions": [aid for _, _, aid, _ in agent if aid is not None],
-        "write_actions": sum(tool in dom.write_tools for tool, _, aid, _ in agent if aid is not None),
-        "gold_messages": gold_messages, "user_actions": user_actions, "user_turns": user_turns, "tool_errors": errors,
-        "env_assertions": {"passed": passed, "total": len(assertions)},
+        "agent_actions": [st.action_id for st in agent if st.action_id is not None],
+        "write_actions": sum(st.tool in dom.write_tools for st in agent if st.action_id is not None),
+        "gold_messages": gold_messages, "user_actions": user_actions, "user_turns": user_turns,
+        "tool_errors": errors, "env_assertions": {"passed": passed, "total": len(assertions)},
         "key_card_ids": keys, "key_facts": facts,
     }
     return Episode(episode_id=ep_id, domain="tau2/telecom", tools=copy.deepcopy(dom.tools),
