@@ -30,7 +30,7 @@ def samples_dir() -> Path:
 
 def small_episode(n_msgs: int = 13):
     """A real synthetic support episode cut after a few decisions, tools trimmed to those it uses."""
-    from damc.data.episodes import Episode
+    from damc.episodes import Episode
     from damc.data.synthetic import generate_episodes
 
     ep = generate_episodes(1, seed=0)[0]

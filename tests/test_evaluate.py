@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from hydra import compose, initialize
 
-from damc.data.episodes import load_episodes, write_episodes
+from damc.episodes import load_episodes, write_episodes
 from damc.eval.metrics import exact_match, multiple_choice, parse_action
 from damc.eval.stats import bootstrap_ci, paired_bootstrap
 
@@ -54,7 +54,7 @@ def pipeline(tmp_path_factory) -> dict[str, Path]:
 
 def _prefix(ep, n_calls: int):
     """The episode cut after the results of its first `n_calls` tool-calling assistant messages."""
-    from damc.data.episodes import Episode
+    from damc.episodes import Episode
 
     seen, cut = 0, len(ep.messages)
     for i, m in enumerate(ep.messages):
@@ -121,7 +121,7 @@ def test_damc_in_the_harness_builds_the_prompt_a_user_gets_from_the_runtime(pipe
     """The record's prompt is exactly `DecisionAwareMemory(path, scorer=...)`'s context for that decision."""
     import hashlib
 
-    from damc.data.episodes import decision_points
+    from damc.episodes import decision_points
     from damc.eval.harness import main
     from damc.models import load_tokenizer
     from damc.runtime.memory import DecisionAwareMemory

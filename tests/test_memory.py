@@ -9,7 +9,7 @@ import pytest
 
 from damc.cards import Card, encode_messages
 from damc.templates import required_atoms, template_compress
-from damc.data.episodes import EpisodeFormatError
+from damc.episodes import EpisodeFormatError
 from damc.runtime.memory import Context, DecisionAwareMemory
 from damc.prompting import message_to_chat
 from damc.runtime.select import TopK

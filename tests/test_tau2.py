@@ -18,7 +18,7 @@ from hydra import compose, initialize
 
 from damc.cards import card_id
 from damc.data import tau2
-from damc.data.episodes import decision_points, load_episodes, render_action, write_episodes
+from damc.episodes import decision_points, load_episodes, render_action, write_episodes
 from damc.data.make import main as make_main
 from damc.data.make import summarize
 from damc.data.synthetic import generate_episodes

@@ -42,7 +42,7 @@ from tqdm.auto import tqdm
 from damc.cards import card_id
 from damc.data.bfcl_replay import (BFCLBackends, BFCLCallParseError, ParsedCall, _backend_config, _import_bfcl,
                                    bfcl_package_dir, parse_call, parse_calls)
-from damc.data.episodes import Episode
+from damc.episodes import Episode
 
 __all__ = ["ASK_MISSING_PARAM_TEXT", "BFCLBackends", "BFCLCallParseError", "CATEGORIES", "MISSING_FUNCTION_TEXT",
            "NO_ACTION_TEXT", "ParsedCall", "SAMPLE_IDS", "SPLITS", "SYSTEM_PROMPT", "bfcl_package_dir",

@@ -118,7 +118,7 @@ def point(study: Study, cfg: Any, n: int, root: Path | None = None) -> dict[str,
 
 def write(points: list[dict[str, Any]], cfg: Any, out: Path) -> str:
     """`curve.json`, `curve.md` and `curve.png` under `out`; returns the markdown."""
-    from damc.data.episodes import atomic_write_text
+    from damc.episodes import atomic_write_text
 
     summary = {"points": points, "setting": str(cfg.setting), "labels": str(cfg.labels_path),
                "dev": {name: str(p) for name, p in dev_sets(cfg.dev).items()}}

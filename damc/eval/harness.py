@@ -44,7 +44,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from damc.cards import Card, cards_before, encode_episode, token_counter
-from damc.data.episodes import DecisionPoint, Episode, decision_points, load_episodes, make_distractors
+from damc.episodes import DecisionPoint, Episode, decision_points, load_episodes, make_distractors
 from damc.eval.metrics import exact_match, multiple_choice, prompt_values
 from damc.eval.policies import (POLICIES, CardPolicy, DecisionView, GoldView, Policy, PolicyEnv, PolicyOutput, Setting,
                                 confuser_values, gold_values, holds_any, make_policy)

@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from damc.data.episodes import call_arguments
+from damc.episodes import call_arguments
 from damc.eval.stats import bootstrap_ci
 
 

@@ -50,7 +50,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from damc.cards import encode_messages
-from damc.data.episodes import DecisionPoint, call_arguments, iter_scalars
+from damc.episodes import DecisionPoint, call_arguments, iter_scalars
 from damc.prompting import build_decision_messages, message_to_chat
 from damc.runtime.assemble import split_conversation
 from damc.runtime.compress import COMPRESSORS, Compressor

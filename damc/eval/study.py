@@ -99,7 +99,7 @@ class Study:
 
     def evaluate(self, scorer: Path, labels: Path) -> dict[str, Any]:
         """Each dataset: the dev sweep (when it has a dev split) → operating points → the test split."""
-        from damc.data.episodes import atomic_write_text, load_episodes
+        from damc.episodes import atomic_write_text, load_episodes
         from damc.eval.results import operating_points
 
         ev, out = self.cfg.evaluate, {}
@@ -158,7 +158,7 @@ class Study:
 
 def run_study(cfg: Any) -> dict[str, Any]:
     """Every stage of the study profile `cfg`; writes and prints `<out_dir>/report.md`."""
-    from damc.data.episodes import atomic_write_text
+    from damc.episodes import atomic_write_text
     from damc.eval.report import report
 
     study = Study(cfg)

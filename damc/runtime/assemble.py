@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Sequence
 
-from damc.data.episodes import current_turn_start, message_text
+from damc.episodes import current_turn_start, message_text
 from damc.prompting import build_decision_messages, format_prompt
 
 logger = logging.getLogger(__name__)

@@ -128,7 +128,7 @@ def explain_episode(path: str, index: int | None = None, episode_id: str | None 
         episode_id: which episode (default: the first).
         memory_kwargs: extra `DecisionAwareMemory` arguments (e.g. `scorer=...`).
     """
-    from damc.data.episodes import decision_points, load_episodes
+    from damc.episodes import decision_points, load_episodes
     from damc.runtime.memory import DecisionAwareMemory
 
     eps = load_episodes(path)

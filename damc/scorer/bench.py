@@ -106,7 +106,7 @@ def fidelity_by_path(paths: dict[str, Any], labels: str, max_decisions: int = 60
 def big_decision(n_cards: int = 50, seed: int = 3) -> dict[str, Any]:
     """A synthetic decision with at least `n_cards` candidate cards: its teacher contexts and scorer texts."""
     from damc.cards import cards_before, encode_episode
-    from damc.data.episodes import decision_points
+    from damc.episodes import decision_points
     from damc.data.synthetic import SyntheticConfig, generate_episodes
     from damc.prompting import action_text, build_decision_messages, cards_to_messages
     from damc.query import render_card, render_decision_query

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from damc.cards import Card
-from damc.data.episodes import DecisionPoint, Episode
+from damc.episodes import DecisionPoint, Episode
 
 UNBOUNDED = 10**9
 

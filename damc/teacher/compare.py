@@ -37,7 +37,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from damc.data.episodes import DecisionPoint, Episode, decision_points
+from damc.episodes import DecisionPoint, Episode, decision_points
 from damc.eval.metrics import hit_at_k, spearman
 from damc.eval.stats import summarize_values
 
@@ -92,7 +92,7 @@ def compare(episodes: Sequence[Episode], teacher: Any, estimators: Sequence[str]
     of labelling them again."""
     from tqdm import tqdm
 
-    from damc.data.episodes import make_distractors
+    from damc.episodes import make_distractors
     from damc.eval.policies import confuser_values, holds_any
     from damc.teacher.candidates import RuntimeCandidates
     from damc.teacher.context import candidate_cards

@@ -36,7 +36,7 @@ from typing import Any, Sequence, TypeVar
 
 import numpy as np
 
-from damc.data.episodes import DecisionPoint, atomic_write_text, decision_points, load_episodes
+from damc.episodes import DecisionPoint, atomic_write_text, decision_points, load_episodes
 from damc.labels import labelled_decision_ids, write_shard
 
 logger = logging.getLogger(__name__)
