@@ -167,7 +167,7 @@ def test_field_lines_hold_the_gold_values_of_real_tau2_key_cards():
     template."""
     from damc.cards import encode_episode
     from damc.episodes import decision_points
-    from damc.eval.policies import gold_values, holds_any
+    from damc.facts import gold_values, holds_any
     from damc.query import render_decision_query
 
     need = kept_tpl = kept_fld = kept_all = 0

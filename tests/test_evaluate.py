@@ -15,8 +15,9 @@ import pytest
 from hydra import compose, initialize
 
 from damc.episodes import load_episodes, write_episodes
-from damc.eval.metrics import exact_match, multiple_choice, parse_action
-from damc.eval.stats import bootstrap_ci, paired_bootstrap
+from damc.eval.metrics import exact_match, multiple_choice
+from damc.facts import parse_action
+from damc.ranking import bootstrap_ci, paired_bootstrap
 
 ALL_POLICIES = ["full", "window", "obs_mask", "recency", "similarity", "bm25", "llm_judge", "generative_agents",
                 "heuristic", "damc_knn", "damc", "damc_teacher", "oracle"]

@@ -44,7 +44,8 @@ from typing import Any, Iterator
 from tqdm.auto import tqdm
 
 from damc.episodes import Episode, iter_scalars, render_call, split_episodes
-from damc.data.tau2_user import key_card_ids, plan_user_turns, value_pattern
+from damc.data.tau2_user import key_card_ids, plan_user_turns
+from damc.facts import value_pattern
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from damc.eval.records import records_by_key
-from damc.eval.stats import paired_bootstrap
+from damc.ranking import paired_bootstrap
 
 RENDER = "fields"
 
@@ -97,7 +97,7 @@ def key_card_lines(path: str | Path, renders: dict[str, Any] | None = None) -> s
     from damc.cards import encode_episode
     from damc.episodes import decision_points, load_episodes, make_distractors
     from damc.eval.harness import Decision
-    from damc.eval.policies import gold_values, holds_any
+    from damc.facts import gold_values, holds_any
     from damc.query import render_decision_query
     from damc.templates import FieldConfig, field_compress, template_compress
 

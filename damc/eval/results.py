@@ -30,7 +30,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from damc.eval.metrics import history_keys, summarize_records
-from damc.eval.stats import paired_bootstrap
+from damc.ranking import paired_bootstrap
 
 BASELINE = "window"
 NO_BUDGET = "none"   # the setting of budget-free policies

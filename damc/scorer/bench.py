@@ -92,7 +92,7 @@ def load_paths(scorer_dir: Path, int8: bool = True, threads: int | None = None) 
 
 def fidelity_by_path(paths: dict[str, Any], labels: str, max_decisions: int = 60) -> dict[str, float]:
     """Mean per-decision Spearman vs. the teacher for each path, on the same decisions."""
-    from damc.eval.metrics import spearman
+    from damc.ranking import spearman
     from damc.labels import group_decisions, load_labels
 
     decisions = group_decisions(load_labels(labels))[:max_decisions]

@@ -27,8 +27,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from damc.eval.metrics import ndcg_at_k, recall_at, spearman
-from damc.eval.stats import summarize_values
+from damc.ranking import ndcg_at_k, recall_at, spearman, summarize_values
 
 logger = logging.getLogger(__name__)
 
