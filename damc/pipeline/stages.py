@@ -1,5 +1,5 @@
 """`make demo`: the whole DAMC pipeline on one dataset, stage by stage (`make reproduce`, the multi-dataset study,
-reuses these stages: `damc.eval.study`).
+reuses these stages: `damc.pipeline.study`).
 
     data → labels (the teacher) → train (the student) → export → evaluate (dev sweep → operating points → test)
 
@@ -238,7 +238,7 @@ def main(cfg: Any) -> dict[str, Any]:
     return out
 
 
-if __name__ == "__main__":  # python -m damc.eval.pipelines KEY=VALUE ...  (configs: damc/configs/demo.yaml)
+if __name__ == "__main__":  # python -m damc.pipeline.stages KEY=VALUE ...  (configs: damc/configs/demo.yaml)
     from damc.cli import run
 
     run("demo", main)
