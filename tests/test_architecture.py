@@ -164,3 +164,13 @@ def test_every_module_sits_on_a_floor(graph):
     floors = (*CORE, *ABOVE_CORE, "damc.cli", "damc.configs")
     unplaced = [m for m in graph if m != "damc" and not m.startswith(floors)]
     assert not unplaced, f"modules on no floor: {unplaced}"
+
+
+def test_one_llm_config_group():
+    """The teacher's configs are the `llm` group's (placed under `teacher:`), so the two cannot drift apart."""
+    import yaml
+
+    for f in sorted((PKG / "configs" / "teacher").glob("*.yaml")):
+        cfg = yaml.safe_load(f.read_text())
+        assert cfg == {"defaults": [f"/llm/{f.stem}@_here_"]}, f"{f.name} holds settings of its own: {cfg}"
+        assert (PKG / "configs" / "llm" / f.name).exists()
