@@ -174,3 +174,23 @@ def test_one_llm_config_group():
         cfg = yaml.safe_load(f.read_text())
         assert cfg == {"defaults": [f"/llm/{f.stem}@_here_"]}, f"{f.name} holds settings of its own: {cfg}"
         assert (PKG / "configs" / "llm" / f.name).exists()
+
+
+def test_the_memory_yaml_repeats_no_default_that_differs_from_the_dataclass():
+    """configs/memory/default.yaml and evaluate.yaml's `memory:` still spell MemoryConfig's values (the label and
+    record fingerprints hash them, so removing them would invalidate every stored run); until they become
+    overrides of a ConfigStore schema, each must equal the dataclass default it repeats."""
+    import dataclasses
+
+    from hydra import compose, initialize_config_dir
+
+    from damc.models import DEFAULT_ENCODER
+    from damc.runtime.config import MemoryConfig
+
+    defaults = {f.name: f.default for f in dataclasses.fields(MemoryConfig)}
+    with initialize_config_dir(config_dir=str(PKG / "configs"), version_base="1.3"):
+        for name in ("label", "evaluate"):
+            mem = dict(compose(name, overrides=["data.path=x", "out_dir=y"]).memory)
+            assert mem.pop("encoder") == DEFAULT_ENCODER
+            drift = {k: (v, defaults.get(k, "not a MemoryConfig field")) for k, v in mem.items() if defaults.get(k) != v}
+            assert not drift, f"{name}.yaml memory settings differ from MemoryConfig's defaults: {drift}"
