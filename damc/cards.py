@@ -21,7 +21,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable
 
-from damc.data.episodes import Episode, EpisodeFormatError, call_arguments, message_text, render_call
+from damc.episodes import Episode, EpisodeFormatError, call_arguments, message_text, render_call
 
 KINDS = ("tool_result", "tool_error", "user", "assistant")
 

@@ -39,7 +39,7 @@ import unicodedata
 from typing import Any, Iterable, Sequence
 
 from damc.cards import Card
-from damc.data.episodes import message_text, render_action
+from damc.episodes import message_text, render_action
 from damc.query import render_tools_brief
 
 DEFAULT_SYSTEM = ("You are a tool-using assistant. Decide the next action. To call tools, write the calls as "

@@ -34,7 +34,7 @@ import json
 from typing import Any
 
 from damc.cards import Card
-from damc.data.episodes import message_text, render_action
+from damc.episodes import message_text, render_action
 from damc.templates import clip as _clip
 from damc.templates import template_compress
 

@@ -12,7 +12,7 @@
 3. Ingest: cards/second into the SQLite store (embedding excluded), and with embedding (index sync).
 4. `--scoped`: scope-filtered FAISS search (the runtime's IDSelectorBitmap path) vs one index per scope.
 5. `--concurrent N`: N threads, then N processes, each driving its own session against one store directory
-   (`damc.runtime.loadtest`): throughput, build_context p50/p95, and an exact read-back check.
+   (`damc.bench.loadtest`): throughput, build_context p50/p95, and an exact read-back check.
 Prints one JSON object with every figure.
 """
 
@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                                args.scorer_dtype, args.scorer_backend, args.max_batch_tokens or None,
                                                args.max_scored)
     if args.concurrent:
-        from damc.runtime.loadtest import run_concurrent
+        from damc.bench.loadtest import run_concurrent
 
         out["concurrent"] = []
         for mode in ("threads", "processes"):

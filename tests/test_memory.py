@@ -9,7 +9,7 @@ import pytest
 
 from damc.cards import Card, encode_messages
 from damc.templates import required_atoms, template_compress
-from damc.data.episodes import EpisodeFormatError
+from damc.episodes import EpisodeFormatError
 from damc.runtime.memory import Context, DecisionAwareMemory
 from damc.runtime.select import TopK
 from damc.runtime.valuers import (CachedValuer, CrossEncoderScorer, HeuristicValuer, HybridValuer, KNNValuer, LLMJudgeValuer,
@@ -107,7 +107,7 @@ def test_auto_ingest_is_idempotent_and_persists(built):
     again = DecisionAwareMemory(path, context_window=4096)
     assert len(again) == len(mem) and again.expand("default:2:0") == mem.expand("default:2:0")
     assert again.index.sync() == 0 and again.index.last_rebuild_reason is None
-    from damc.runtime.explain import main
+    from damc.bench.explain import main
 
     data = main(["store", str(path)])
     assert data["session_id"] == "default" and data["selected"]
@@ -290,7 +290,7 @@ def test_llm_judge_expected_rating_with_smollm2():
 
 
 def test_explain_episode_cli(capsys):
-    from damc.runtime.explain import main
+    from damc.bench.explain import main
 
     data = main(["episode", "data/samples/bfcl_sample.jsonl"])
     out = capsys.readouterr().out

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from damc.cards import token_counter
-from damc.data.episodes import decision_points
+from damc.episodes import decision_points
 from damc.data.synthetic import generate_episodes
 from damc.eval.policies import (POLICIES, CardPolicy, DecisionView, GoldView, PolicyEnv, Setting, decision_messages,
                                 make_policy, trim_history)

@@ -43,9 +43,9 @@ from typing import Any, Iterator
 
 from tqdm.auto import tqdm
 
-from damc.data.episodes import Episode, iter_scalars, render_call
-from damc.data.make import split_episodes
-from damc.data.tau2_user import key_card_ids, plan_user_turns, value_pattern
+from damc.episodes import Episode, iter_scalars, render_call, split_episodes
+from damc.data.tau2_user import key_card_ids, plan_user_turns
+from damc.facts import value_pattern
 
 logger = logging.getLogger(__name__)
 
@@ -357,7 +357,7 @@ def db_distractors(dom: Tau2Domain, uid: str | None, tool: str, args: dict[str, 
                    rng: random.Random) -> list[str]:
     """Up to `n` look-alike actions: `tool` with one id swapped for another of the caller's (round-robin over ids).
 
-    Rendered as `damc.data.episodes.render_call` strings; never the gold itself, no duplicates.
+    Rendered as `damc.episodes.render_call` strings; never the gold itself, no duplicates.
     """
     if uid is None or uid not in dom.db.users or n <= 0:
         return []
@@ -475,7 +475,7 @@ def build_tau2_splits(cfg: Tau2Config, seed: int = 0, fractions: dict[str, float
 
     Args:
         cfg: the replay settings.
-        seed: seed of the split (`damc.data.make.split_episodes`); same seed, same files.
+        seed: seed of the split (`damc.episodes.split_episodes`); same seed, same files.
         fractions: train/dev/test shares (default 0.8/0.1/0.1); ignored for test-only domains.
         dom: an already loaded domain.
     """

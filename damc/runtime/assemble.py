@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Sequence
 
-from damc.data.episodes import current_turn_start, message_text
+from damc.episodes import current_turn_start, message_text
 from damc.prompting import PLACEMENTS, format_prompt, memory_block, message_to_chat
 from damc.query import render_tools_brief
 

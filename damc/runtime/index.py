@@ -47,7 +47,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from damc.data.episodes import default_file_mode
+from damc.episodes import default_file_mode
 from damc.runtime.scope import DEFAULT_SCOPE, Scope
 from damc.runtime.store import CardStore
 

@@ -5,8 +5,9 @@ An episode is what a tool-calling agent logged: `tools` (OpenAI function schemas
 Every assistant message is a *decision point*; the message itself is the *gold action*.
 
 This module loads and validates episodes (reporting file, line, field and what was expected), writes
-them atomically, extracts decision points, renders gold actions canonically and generates
-multiple-choice distractors.
+them atomically, extracts decision points, renders gold actions canonically, generates
+multiple-choice distractors and splits episodes into train/dev/test (`split_episodes`). It is the ground
+floor's episode contract: it imports nothing from the package, and every layer above reads episodes through it.
 
 Example:
     >>> eps = load_episodes("data/samples/synthetic_sample.jsonl")
@@ -29,6 +30,7 @@ from typing import Any, Iterable, Iterator
 logger = logging.getLogger(__name__)
 
 ROLES = ("system", "developer", "user", "assistant", "tool")   # "developer": OpenAI's newer system
+SPLITS = ("train", "dev", "test")  # the three episode files a source is cut into
 
 
 class EpisodeFormatError(ValueError):
@@ -491,3 +493,21 @@ def _similar_shape(a: Any, b: str) -> bool:
     """Two strings look like the same kind of value (both numeric-ish, or both words)."""
     a = str(a)
     return any(ch.isdigit() for ch in a) == any(ch.isdigit() for ch in b) and abs(len(a) - len(b)) <= max(8, len(b))
+
+
+def split_episodes(episodes: list[Episode], fractions: dict[str, float], seed: int = 0) -> dict[str, list[Episode]]:
+    """Split by episode: shuffle with `random.Random(seed)`, cut by `fractions` (train/dev/test).
+
+    Counts are rounded; test takes the remainder. Order inside a split follows the input order.
+    """
+    fr = [float(fractions.get(s, 0.0)) for s in SPLITS]
+    if any(f < 0 for f in fr) or abs(sum(fr) - 1.0) > 1e-6:
+        raise ValueError(f"split fractions must be >= 0 and sum to 1, got {dict(zip(SPLITS, fr))}")
+    idx = list(range(len(episodes)))
+    random.Random(seed).shuffle(idx)
+    n = len(idx)
+    n_train = round(n * fr[0])
+    n_dev = min(round(n * fr[1]), n - n_train)
+    cut = {"train": sorted(idx[:n_train]), "dev": sorted(idx[n_train:n_train + n_dev]),
+           "test": sorted(idx[n_train + n_dev:])}
+    return {s: [episodes[i] for i in cut[s]] for s in SPLITS}
