@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "damc"
-CORE = ("damc.cards", "damc.query", "damc.prompting", "damc.models", "damc.tokens", "damc.labels")
+CORE = ("damc.cards", "damc.query", "damc.prompting", "damc.models", "damc.tokens", "damc.labels", "damc.llm")
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80
 
