@@ -8,6 +8,10 @@ Versions:
     1. cards, sessions, contexts keyed by card id / session id alone.
     2. every row carries its scope (`user_id`, `agent_id`; "" = no agent): card ids are unique per scope,
        sessions and saved contexts are keyed by (scope, session). v1 rows land in the default scope.
+    3. conversation identity (`damc.runtime.identity`): `session_messages` holds each session's hash chain (one
+       row per ingested message: its digest and the chain value), `sessions.view` the caller's latest list as
+       store indices after a trimmed/compacted history re-synced (NULL: the stored order). v2 sessions have no
+       chain rows; their first later call adopts the caller's messages as the chain.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ import sqlite3
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2  # 1: no scopes; 2: every row carries (user_id, agent_id), card ids unique per scope
+SCHEMA_VERSION = 3  # 1: no scopes; 2: every row carries (user_id, agent_id), card ids unique per scope;
+#                    3: per-session message hash chains (conversation identity)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
@@ -58,8 +63,19 @@ CREATE TABLE IF NOT EXISTS sessions (
     session_id TEXT NOT NULL,
     n_messages INTEGER NOT NULL DEFAULT 0,
     pending TEXT NOT NULL DEFAULT '{}',
+    view TEXT,
     PRIMARY KEY (user_id, agent_id, session_id)
 );
+CREATE TABLE IF NOT EXISTS session_messages (
+    user_id TEXT NOT NULL DEFAULT 'default',
+    agent_id TEXT NOT NULL DEFAULT '',
+    session_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    digest TEXT NOT NULL,
+    chain TEXT NOT NULL,
+    PRIMARY KEY (user_id, agent_id, session_id, idx)
+);
+CREATE INDEX IF NOT EXISTS session_messages_digest ON session_messages (user_id, agent_id, digest);
 CREATE TABLE IF NOT EXISTS contexts (
     user_id TEXT NOT NULL DEFAULT 'default',
     agent_id TEXT NOT NULL DEFAULT '',
@@ -110,4 +126,13 @@ def migrate_v1_to_v2(c: sqlite3.Connection) -> None:
     c.execute("UPDATE schema_version SET version = 2")
 
 
-MIGRATIONS = {1: migrate_v1_to_v2}  # from version -> function bringing it to version + 1
+def migrate_v2_to_v3(c: sqlite3.Connection) -> None:
+    """Add the hash-chain table and `sessions.view` inside the caller's transaction (idempotent: a v1 store
+    migrated through `create` already has them)."""
+    if "view" not in {row[1] for row in c.execute("PRAGMA table_info(sessions)")}:
+        c.execute("ALTER TABLE sessions ADD COLUMN view TEXT")
+    create(c)
+    c.execute("UPDATE schema_version SET version = 3")
+
+
+MIGRATIONS = {1: migrate_v1_to_v2, 2: migrate_v2_to_v3}  # from version -> function bringing it to version + 1
