@@ -349,8 +349,22 @@ def render_action(message: dict[str, Any]) -> str:
     """Canonical text of an assistant action: tool calls joined by '; ', else the reply text."""
     calls = message.get("tool_calls") or []
     if calls:
-        return "; ".join(render_call(c["function"]["name"], call_arguments(c)) for c in calls)
+        return "; ".join(_call_text(c) for c in calls)
     return message_text(message).strip()
+
+
+def _call_text(call: dict[str, Any]) -> str:
+    """`render_call` of one tool call; arguments that are not a JSON object (a model's truncated output) are
+    written as they came, `name(<raw arguments>)`, rather than stopping the prompt."""
+    name = call["function"]["name"]
+    try:
+        args = call_arguments(call)
+    except (ValueError, TypeError, RecursionError):
+        args = None
+    if isinstance(args, dict):
+        return render_call(name, args)
+    raw = call["function"].get("arguments")
+    return f"{name}({raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)})"
 
 
 def action_json(message: dict[str, Any]) -> str:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from damc.runtime.ingest import clean_text
 ON_MISMATCH = ("new_session", "error")   # MemoryConfig.on_mismatch values
 MIN_OVERLAP = 2      # consecutive messages of the caller's previous list a trimmed/compacted list must still hold
 BIG_TEXT = 65_536    # strings at least this long are hashed once per object (`TextMemo`), then by their digest
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _KEYS = ("role", "name", "content", "tool_calls", "tool_call_id", "function_call")  # what identifies a message
 
 
@@ -105,8 +107,22 @@ class TextMemo:
         return self._get(s)[1]
 
 
+def _clean_arguments(args: str) -> str:
+    """Tool-call arguments whose JSON escapes decode to a lone surrogate (`"\\ud800"`), re-encoded cleaned: the
+    prompt renders parsed arguments, and a tokenizer refuses the surrogate."""
+    if not _ESCAPED_SURROGATE.search(args):
+        return args
+    try:
+        parsed = json.loads(args)
+    except (ValueError, RecursionError):
+        return args
+    cleaned = clean_text(parsed)
+    return args if cleaned == parsed else json.dumps(cleaned, ensure_ascii=False)
+
+
 def clean_messages(messages: Sequence[Any], memo: TextMemo) -> list[Any]:
-    """The messages with every string cleaned of lone surrogates, before anything is written or tokenized.
+    """The messages with every string cleaned of lone surrogates (raw, or JSON-escaped in tool-call arguments),
+    before anything is written or tokenized.
 
     Unchanged values keep their identity (a message without a surrogate is the caller's own dict), so the
     `TextMemo` of a later call still recognises its strings.
@@ -116,6 +132,8 @@ def clean_messages(messages: Sequence[Any], memo: TextMemo) -> list[Any]:
             return memo.clean(v)
         if isinstance(v, dict):
             out = {clean(k): clean(x) for k, x in v.items()}
+            if isinstance(out.get("arguments"), str):
+                out["arguments"] = _clean_arguments(out["arguments"])
             return v if all(a is b for a, b in zip(out.values(), v.values())) and list(out) == list(v) else out
         if isinstance(v, list):
             out_l = [clean(x) for x in v]
