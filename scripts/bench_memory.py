@@ -4,6 +4,7 @@
     python scripts/bench_memory.py --scorer artifacts/scorer --cards 10000 --faiss-n 1000000
     python scripts/bench_memory.py --scoped --ingest 0 --skip-context       # scope-filtered FAISS at 1M cards
     python scripts/bench_memory.py --concurrent 4 --ingest 0 --skip-context --faiss-n 0   # load on one store
+    python scripts/bench_memory.py --big-result 10 --ingest 0 --skip-context --faiss-n 0  # turns after a 10 MB result
 
 1. build_context overhead (p50/p95 of `Context.timings_ms["total"]`, per stage too) with `--cards` cards
    in the store and the scorer valuing `--candidates` candidates per decision (a CardScorer from
@@ -13,6 +14,9 @@
 4. `--scoped`: scope-filtered FAISS search (the runtime's IDSelectorBitmap path) vs one index per scope.
 5. `--concurrent N`: N threads, then N processes, each driving its own session against one store directory
    (`damc.runtime.loadtest`): throughput, build_context p50/p95, and an exact read-back check.
+6. `--big-result MB`: build_context overhead on normal turns, on the turn a tool returns MB megabytes, and on the
+   turns after it — with the caller's list reused (an in-process agent loop) and re-read from JSON every turn (a
+   service receiving the history per request: every string is a new object, hashed again).
 Prints one JSON object with every figure.
 """
 
@@ -150,6 +154,57 @@ def bench_context(n_cards: int, candidates: Sequence[int], decisions: int, score
     return out
 
 
+def bench_big_result(mb: float, turns: int, tokenizer: str | None, rng: random.Random) -> dict[str, Any]:
+    """Turn overhead (`Context.timings_ms["total"]`) before, at and after a tool result of `mb` MB (see module
+    docstring, 6.): the history's tokens are counted once per message, so later turns should cost what normal
+    turns cost."""
+    from damc.runtime.memory import DecisionAwareMemory
+
+    tools = [{"type": "function", "function": {"name": "export_rows", "parameters": {"type": "object", "properties": {}}}}]
+    rows, size, i = [], 0, 0
+    while size < mb * 1_000_000:
+        row = json.dumps({"id": 100000 + i, "sku": f"SKU-{rng.randint(0, 10**8):08d}", "qty": rng.randint(0, 99)})
+        rows.append(row)
+        size += len(row) + 1
+        i += 1
+    big = "[" + ",".join(rows) + "]"
+
+    def turn(msgs: list[dict[str, Any]], k: int) -> list[dict[str, Any]]:
+        return msgs + [{"role": "assistant", "content": f"Done with step {k}."},
+                       {"role": "user", "content": f"Now check order {rng.randint(10000, 99999)}, step {k + 1}."}]
+
+    with tempfile.TemporaryDirectory() as d:
+        mem = DecisionAwareMemory(d, tokenizer=tokenizer)
+        msgs = session_messages(0, 6, rng) + [{"role": "user", "content": "Start."}]
+        mem.build_context(msgs, tools=tools)                      # warm-up: encoder, tokenizer, FAISS
+        normal = []
+        for k in range(turns):
+            msgs = turn(msgs, k)
+            normal.append(mem.build_context(msgs, tools=tools).timings_ms["total"])
+        msgs = msgs + [{"role": "assistant", "content": None, "tool_calls": [{"id": "big", "type": "function",
+                        "function": {"name": "export_rows", "arguments": "{}"}}]},
+                       {"role": "tool", "tool_call_id": "big", "content": big},
+                       {"role": "assistant", "content": "Exported."}, {"role": "user", "content": "How many rows?"}]
+        arrival = mem.build_context(msgs, tools=tools)
+        after, fresh = [], []
+        for k in range(turns):
+            msgs = turn(msgs, 100 + k)
+            after.append(mem.build_context(msgs, tools=tools).timings_ms["total"])
+        for k in range(turns):
+            msgs = turn(msgs, 200 + k)
+            fresh.append(mem.build_context(json.loads(json.dumps(msgs)), tools=tools).timings_ms["total"])
+        ctx = mem.build_context(msgs, tools=tools)
+        mem.close()
+    normal_p, after_p, fresh_p = _pct(normal), _pct(after), _pct(fresh)
+    return {"result_chars": len(big), "tokenizer": tokenizer, "normal_turn_ms": normal_p,
+            "big_result_turn_ms": round(arrival.timings_ms["total"], 1),
+            "big_result_turn_stages_ms": {k: round(v, 1) for k, v in arrival.timings_ms.items()},
+            "after_turn_ms": after_p, "extra_after_ms_p50": round(after_p["p50"] - normal_p["p50"], 2),
+            "after_turn_fresh_objects_ms": fresh_p,
+            "extra_after_fresh_objects_ms_p50": round(fresh_p["p50"] - normal_p["p50"], 2),
+            "tokens_before_last_turn": ctx.tokens_before}
+
+
 def bench_faiss(n: int, dim: int, queries: int, nlist: int, nprobe: int) -> dict[str, Any]:
     import faiss
 
@@ -257,6 +312,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--scoped", action="store_true", help="FAISS at --faiss-n: scope-filtered search vs one index per scope")
     ap.add_argument("--concurrent", type=int, default=0, help="N threads and N processes on one store (0: skip)")
     ap.add_argument("--concurrent-turns", type=int, default=6, help="turns per session in the --concurrent run")
+    ap.add_argument("--big-result", type=float, default=0, help="MB of one tool result: overhead of the turns after "
+                                                               "it beside normal turns (0: skip)")
+    ap.add_argument("--big-turns", type=int, default=10, help="timed turns before and after the --big-result one")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
@@ -281,6 +339,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for mode in ("threads", "processes"):
             with tempfile.TemporaryDirectory() as d:
                 out["concurrent"].append(run_concurrent(d, args.concurrent, mode, args.concurrent_turns))
+    if args.big_result:
+        out["big_result"] = bench_big_result(args.big_result, args.big_turns, "smollm2-135m", rng)
     if args.scoped:
         out["faiss_scoped"] = bench_faiss_scoped(args.faiss_n, 384, args.faiss_queries, args.nlist, args.nprobe)
     elif args.faiss_n:

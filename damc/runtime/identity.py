@@ -86,8 +86,12 @@ class TextMemo:
             if hit is not None and hit[0] is s:
                 self._items.move_to_end(id(s))
                 return hit[1], hit[2]
-        cleaned = clean_text(s)
-        digest = _digest(cleaned.encode("utf-8"))
+        try:
+            cleaned, data = s, s.encode("utf-8")
+        except UnicodeEncodeError:   # a lone surrogate
+            cleaned = clean_text(s)
+            data = cleaned.encode("utf-8")
+        digest = _digest(data)
         with self._lock:
             self._items[id(s)] = (s, cleaned, digest)
             self._held += len(s)
@@ -173,11 +177,15 @@ def canonical_message(m: Any, memo: TextMemo) -> Any:
         return _canonical(m, memo)
     out = {k: m[k] for k in _KEYS if m.get(k) not in (None, "", [])}
     if isinstance(out.get("tool_calls"), list):
-        out["tool_calls"] = [
-            {"id": c.get("id"), "name": (c.get("function") or {}).get("name"),
-             "arguments": _arguments((c.get("function") or {}).get("arguments"))} if isinstance(c, dict) else c
-            for c in out["tool_calls"]]
+        out["tool_calls"] = [_canonical_call(c) for c in out["tool_calls"]]
     return _canonical(out, memo)
+
+
+def _canonical_call(c: Any) -> Any:
+    fn = c.get("function") if isinstance(c, dict) else None
+    if not isinstance(fn, dict):
+        return c
+    return {"id": c.get("id"), "name": fn.get("name"), "arguments": _arguments(fn.get("arguments"))}
 
 
 def message_digest(m: Any, memo: TextMemo) -> str:

@@ -184,8 +184,8 @@ class _BoundedCache:
                 self._items.popitem(last=False)
 
 
-def check_call(messages: Any, tools: Any) -> list[Any]:
-    """The message list of a `build_context` call, after the shape checks every call gets.
+def check_call(messages: Any, tools: Any) -> tuple[list[Any], list[Any] | None]:
+    """The message list and tool list of a `build_context` call, after the shape checks every call gets.
 
     Raises:
         TypeError: `messages` is not a list of messages, or `tools` is not a list of tool schemas.
@@ -198,16 +198,18 @@ def check_call(messages: Any, tools: Any) -> list[Any]:
     if not msgs:
         raise ValueError("build_context needs the conversation so far and got an empty message list: pass at least "
                          "the current user message, e.g. [{'role': 'user', 'content': '...'}]")
-    if tools is not None:
-        if isinstance(tools, (str, bytes, dict)) or not isinstance(tools, Iterable):
-            hint = " (one schema? wrap it: tools=[schema])" if isinstance(tools, dict) else ""
-            raise TypeError(f"tools must be a list of OpenAI tool schemas, [{{'type': 'function', 'function': "
-                            f"{{'name': ..., 'parameters': {{...}}}}}}, ...], got a {type(tools).__name__}{hint}")
-        for j, t in enumerate(tools):
-            if not isinstance(t, dict):
-                raise TypeError(f"tools[{j}] is a {type(t).__name__}: expected an OpenAI tool schema (a dict "
-                                "{'type': 'function', 'function': {'name': ..., 'parameters': {...}}})")
-    return msgs
+    if tools is None:
+        return msgs, None
+    if isinstance(tools, (str, bytes, dict)) or not isinstance(tools, Iterable):
+        hint = " (one schema? wrap it: tools=[schema])" if isinstance(tools, dict) else ""
+        raise TypeError(f"tools must be a list of OpenAI tool schemas, [{{'type': 'function', 'function': "
+                        f"{{'name': ..., 'parameters': {{...}}}}}}, ...], got a {type(tools).__name__}{hint}")
+    tools = list(tools)
+    for j, t in enumerate(tools):
+        if not isinstance(t, dict):
+            raise TypeError(f"tools[{j}] is a {type(t).__name__}: expected an OpenAI tool schema (a dict "
+                            "{'type': 'function', 'function': {'name': ..., 'parameters': {...}}})")
+    return msgs, tools
 
 
 class DecisionAwareMemory:
@@ -540,8 +542,9 @@ class DecisionAwareMemory:
                 compare valuers on one store); the same retrieval, packing and assembly run either way.
         """
         t_start = time.perf_counter()
-        msgs = clean_messages(check_call(messages, tools), self._memo)   # nothing is written before this
-        tools = clean_messages(list(tools), self._memo) if tools is not None else None
+        msgs, tools = check_call(messages, tools)
+        msgs = clean_messages(msgs, self._memo)      # lone surrogates out before anything is written or tokenized
+        tools = clean_messages(tools, self._memo) if tools is not None else None
         system = self._memo.clean(system) if isinstance(system, str) else system
         sid = session_id or self.config.session_id
         scope = self._scope(user_id, agent_id)
