@@ -14,9 +14,10 @@
 4. `--scoped`: scope-filtered FAISS search (the runtime's IDSelectorBitmap path) vs one index per scope.
 5. `--concurrent N`: N threads, then N processes, each driving its own session against one store directory
    (`damc.runtime.loadtest`): throughput, build_context p50/p95, and an exact read-back check.
-6. `--big-result MB`: build_context overhead on normal turns, on the turn a tool returns MB megabytes, and on the
-   turns after it — with the caller's list reused (an in-process agent loop) and re-read from JSON every turn (a
-   service receiving the history per request: every string is a new object, hashed again).
+6. `--big-result MB`: build_context overhead on the turns after a tool returned MB megabytes, side by side (timed in
+   alternation) with the same conversation whose tool returned a few bytes — with the caller's list reused (an
+   in-process agent loop) and re-read from JSON every turn (a service receiving the history per request: every
+   string is a new object, hashed again).
 Prints one JSON object with every figure.
 """
 
@@ -155,9 +156,10 @@ def bench_context(n_cards: int, candidates: Sequence[int], decisions: int, score
 
 
 def bench_big_result(mb: float, turns: int, tokenizer: str | None, rng: random.Random) -> dict[str, Any]:
-    """Turn overhead (`Context.timings_ms["total"]`) before, at and after a tool result of `mb` MB (see module
-    docstring, 6.): the history's tokens are counted once per message, so later turns should cost what normal
-    turns cost."""
+    """Turn overhead (`Context.timings_ms["total"]`) after a tool result of `mb` MB, side by side with the same
+    conversation whose tool returned a few bytes (see module docstring, 6.): two memories, the same turns, timed in
+    alternation so the machine's load weighs on both alike. The history's tokens are counted once per message, so
+    the later turns of the big conversation should cost what the small one's cost."""
     from damc.runtime.memory import DecisionAwareMemory
 
     tools = [{"type": "function", "function": {"name": "export_rows", "parameters": {"type": "object", "properties": {}}}}]
@@ -168,41 +170,39 @@ def bench_big_result(mb: float, turns: int, tokenizer: str | None, rng: random.R
         size += len(row) + 1
         i += 1
     big = "[" + ",".join(rows) + "]"
-
-    def turn(msgs: list[dict[str, Any]], k: int) -> list[dict[str, Any]]:
-        return msgs + [{"role": "assistant", "content": f"Done with step {k}."},
-                       {"role": "user", "content": f"Now check order {rng.randint(10000, 99999)}, step {k + 1}."}]
-
+    base = session_messages(0, 6, rng) + [{"role": "user", "content": "Export the catalogue."},
+                                          {"role": "assistant", "content": None, "tool_calls": [{
+                                              "id": "x", "type": "function",
+                                              "function": {"name": "export_rows", "arguments": "{}"}}]}]
+    tail = [{"role": "assistant", "content": "Exported."}, {"role": "user", "content": "How many rows?"}]
+    convs = {"normal": base + [{"role": "tool", "tool_call_id": "x", "content": "[" + ",".join(rows[:3]) + "]"}] + tail,
+             "big": base + [{"role": "tool", "tool_call_id": "x", "content": big}] + tail}
+    times: dict[str, dict[str, list[float]]] = {"after": {"normal": [], "big": []}, "fresh": {"normal": [], "big": []}}
     with tempfile.TemporaryDirectory() as d:
-        mem = DecisionAwareMemory(d, tokenizer=tokenizer)
-        msgs = session_messages(0, 6, rng) + [{"role": "user", "content": "Start."}]
-        mem.build_context(msgs, tools=tools)                      # warm-up: encoder, tokenizer, FAISS
-        normal = []
-        for k in range(turns):
-            msgs = turn(msgs, k)
-            normal.append(mem.build_context(msgs, tools=tools).timings_ms["total"])
-        msgs = msgs + [{"role": "assistant", "content": None, "tool_calls": [{"id": "big", "type": "function",
-                        "function": {"name": "export_rows", "arguments": "{}"}}]},
-                       {"role": "tool", "tool_call_id": "big", "content": big},
-                       {"role": "assistant", "content": "Exported."}, {"role": "user", "content": "How many rows?"}]
-        arrival = mem.build_context(msgs, tools=tools)
-        after, fresh = [], []
-        for k in range(turns):
-            msgs = turn(msgs, 100 + k)
-            after.append(mem.build_context(msgs, tools=tools).timings_ms["total"])
-        for k in range(turns):
-            msgs = turn(msgs, 200 + k)
-            fresh.append(mem.build_context(json.loads(json.dumps(msgs)), tools=tools).timings_ms["total"])
-        ctx = mem.build_context(msgs, tools=tools)
-        mem.close()
-    normal_p, after_p, fresh_p = _pct(normal), _pct(after), _pct(fresh)
-    return {"result_chars": len(big), "tokenizer": tokenizer, "normal_turn_ms": normal_p,
-            "big_result_turn_ms": round(arrival.timings_ms["total"], 1),
-            "big_result_turn_stages_ms": {k: round(v, 1) for k, v in arrival.timings_ms.items()},
-            "after_turn_ms": after_p, "extra_after_ms_p50": round(after_p["p50"] - normal_p["p50"], 2),
-            "after_turn_fresh_objects_ms": fresh_p,
-            "extra_after_fresh_objects_ms_p50": round(fresh_p["p50"] - normal_p["p50"], 2),
-            "tokens_before_last_turn": ctx.tokens_before}
+        mems = {k: DecisionAwareMemory(os.path.join(d, k), tokenizer=tokenizer) for k in convs}
+        for k, mem in mems.items():                            # warm-up: encoder, tokenizer, FAISS
+            mem.build_context(base[:-1], tools=tools)
+        arrival = {k: mems[k].build_context(convs[k], tools=tools).timings_ms for k in convs}
+        for phase in ("after", "fresh"):                      # fresh: the history re-read from JSON every turn
+            for t in range(turns):
+                step = [{"role": "assistant", "content": f"Done with step {t}."},
+                        {"role": "user", "content": f"Now check order {rng.randint(10000, 99999)}, step {t + 1}."}]
+                for k in (("normal", "big") if t % 2 == 0 else ("big", "normal")):
+                    convs[k] = convs[k] + step
+                    msgs = json.loads(json.dumps(convs[k])) if phase == "fresh" else convs[k]
+                    times[phase][k].append(mems[k].build_context(msgs, tools=tools).timings_ms["total"])
+        last = mems["big"].build_context(convs["big"], tools=tools)
+        for mem in mems.values():
+            mem.close()
+    out: dict[str, Any] = {"result_chars": len(big), "tokenizer": tokenizer,
+                           "big_result_turn_ms": {k: round(v, 1) for k, v in arrival["big"].items()},
+                           "same_turn_small_result_ms": round(arrival["normal"]["total"], 1),
+                           "tokens_before_last_turn": last.tokens_before}
+    for phase, label in (("after", "same_objects"), ("fresh", "fresh_objects")):
+        extra = [b - n for n, b in zip(times[phase]["normal"], times[phase]["big"])]
+        out[f"later_turns_{label}"] = {"normal_ms": _pct(times[phase]["normal"]), "after_big_ms": _pct(times[phase]["big"]),
+                                       "extra_ms_paired": _pct(extra)}
+    return out
 
 
 def bench_faiss(n: int, dim: int, queries: int, nlist: int, nprobe: int) -> dict[str, Any]:
