@@ -124,6 +124,29 @@ def _clean_arguments(args: str) -> str:
     return args if cleaned == parsed else json.dumps(cleaned, ensure_ascii=False)
 
 
+class DigestCache:
+    """Values remembered per message digest (e.g. the tokens a message adds to a prompt); thread-safe, the least
+    recently used forgotten beyond `max_items`."""
+
+    def __init__(self, max_items: int) -> None:
+        self.max_items = max_items
+        self._items: OrderedDict[str, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> int | None:
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
+            return value
+
+    def put(self, key: str, value: int) -> None:
+        with self._lock:
+            self._items[key] = value
+            while len(self._items) > self.max_items:
+                self._items.popitem(last=False)
+
+
 def clean_messages(messages: Sequence[Any], memo: TextMemo) -> list[Any]:
     """The messages with every string cleaned of lone surrogates (raw, or JSON-escaped in tool-call arguments),
     before anything is written or tokenized.
@@ -349,3 +372,30 @@ def _resync(incoming: Sequence[str], u: int, n: int, prev_pos: list[int], previo
     view = [x if x is not None else next(fill) for x in positions]
     turn = view[u] if u < len(view) else n + len(new)
     return Alignment(True, new, view, turn, resynced=True, summaries=summaries)
+
+
+def history_tokens(history: Sequence[Any], prompt_tokens: Callable[[list[dict[str, Any]]], int],
+                   cache: DigestCache, memo: TextMemo) -> int:
+    """Tokens the raw history adds to a prompt (`Context.tokens_before`: what sending it verbatim would cost).
+
+    Each message is counted once, as the prompt renders it (`assemble` with that message as history, less the
+    same prompt without it), and remembered by its digest: a 10 MB tool result is tokenized on the turn it
+    arrives, not again on every later turn. Exact for chat templates that render messages independently (ChatML).
+    """
+    from damc.runtime.assemble import assemble
+
+    anchor = cache.get("anchor")
+    if anchor is None:
+        anchor = prompt_tokens(assemble(None, None, [], []))
+        cache.put("anchor", anchor)
+    total = 0
+    for m in history:
+        if m.get("role") == "system":   # the prompt drops them (`build_decision_messages`)
+            continue
+        key = message_digest(m, memo)
+        n = cache.get(key)
+        if n is None:
+            n = prompt_tokens(assemble(None, None, [], [], history=[m])) - anchor
+            cache.put(key, n)
+        total += n
+    return total

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from damc.cards import Card, card_id as make_card_id, encode_messages
 from damc.data.episodes import EpisodeFormatError, message_text
@@ -261,3 +261,31 @@ def ingest_batch(msgs: Sequence[Any], session_id: str, state: dict[str, Any], ge
     cards = [bound_card(c, max_chars) for c in touched.values()]
     new_state = {"n_messages": i0 + len(msgs), "pending": pending}
     return cards, [is_pinned(c) for c in cards], new_state, [c.card_id for c in cards]
+
+
+def check_call(messages: Any, tools: Any) -> tuple[list[Any], list[Any] | None]:
+    """The message list and tool list of a `build_context` call, after the shape checks every call gets.
+
+    Raises:
+        TypeError: `messages` is not a list of messages, or `tools` is not a list of tool schemas.
+        ValueError: `messages` is empty.
+    """
+    if isinstance(messages, (str, bytes, dict)) or not isinstance(messages, Iterable):
+        raise TypeError(f"messages must be a list of OpenAI chat messages ({{'role': ..., 'content': ...}}), got "
+                        f"a {type(messages).__name__}")
+    msgs = list(messages)
+    if not msgs:
+        raise ValueError("build_context needs the conversation so far and got an empty message list: pass at least "
+                         "the current user message, e.g. [{'role': 'user', 'content': '...'}]")
+    if tools is None:
+        return msgs, None
+    if isinstance(tools, (str, bytes, dict)) or not isinstance(tools, Iterable):
+        hint = " (one schema? wrap it: tools=[schema])" if isinstance(tools, dict) else ""
+        raise TypeError(f"tools must be a list of OpenAI tool schemas, [{{'type': 'function', 'function': "
+                        f"{{'name': ..., 'parameters': {{...}}}}}}, ...], got a {type(tools).__name__}{hint}")
+    tools = list(tools)
+    for j, t in enumerate(tools):
+        if not isinstance(t, dict):
+            raise TypeError(f"tools[{j}] is a {type(t).__name__}: expected an OpenAI tool schema (a dict "
+                            "{'type': 'function', 'function': {'name': ..., 'parameters': {...}}})")
+    return msgs, tools

@@ -18,12 +18,8 @@
 
 Everything is explainable (`explain(context)`), expandable (`expand(card_id)`) and persisted under `path`.
 
-Conversation identity (`damc.runtime.identity`): the store keeps a hash chain of each session's messages. A
-message list that does not continue the session it is sent under (the memory's `session_id`, "default" unless
-set, or the per-call one) is **another conversation**: it gets a session derived from its first messages,
-`{session_id}~{hash}` (the same conversation sent again, by any process, finds it again), or
-`ConversationMismatchError` with `MemoryConfig(on_mismatch="error")`. A trimmed or compacted history re-syncs
-with its session. `Context.session_id` says which session was used.
+Conversation identity (`damc.runtime.identity`, `.sessions`): messages that do not continue their session are another
+conversation (a derived session `{session_id}~{hash}`, or `ConversationMismatchError`); `Context.session_id` says which.
 
 Scopes (Mem0's convention): every card belongs to a `user_id` (default "default") and an optional `agent_id`;
 `session_id` is the conversation (Mem0's `run_id`). Set the memory's scope when opening it
@@ -43,18 +39,14 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import threading
 import time
-from collections import OrderedDict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
-from damc.cards import Card, card_id as make_card_id, token_counter
-from damc.data.episodes import message_text
+from damc.cards import Card, card_id as make_card_id
 from damc.prompting import PLACEMENTS, neutralize_line
 from damc.query import render_decision_query
 from damc.runtime import lifecycle
@@ -62,14 +54,16 @@ from damc.runtime.assemble import assemble, prompt_tokens, split_conversation
 from damc.runtime.compress import COMPRESSORS, Compressor
 from damc.runtime.context import Context, DroppedCard, SelectedCard
 from damc.runtime.config import MemoryConfig
-from damc.runtime.identity import (ON_MISMATCH, Alignment, ConversationMismatchError, TextMemo, align, clean_messages,
-                                   derive_session_id, message_digest, opening_length)
+from damc.runtime.identity import ON_MISMATCH, ConversationMismatchError, DigestCache, TextMemo, clean_messages, \
+    history_tokens, message_digest
 from damc.runtime.index import CardIndex, IndexConfig
-from damc.runtime.ingest import ingest_batch
+from damc.runtime.ingest import check_call
+from damc.runtime.paths import STORE_SUFFIXES, created_by_opening, remove_created
 from damc.runtime.scope import Scope, tag_card
 from damc.runtime.select import Selector, Threshold, TopK, default_budget
+from damc.runtime.sessions import ingest_messages, observe_session
 from damc.runtime.store import CardStore, StoreConfig, StoredCard
-from damc.runtime.valuers import CachedValuer, HeuristicValuer, ScorerValuer, Valuer, is_pinned
+from damc.runtime.valuers import CachedValuer, HeuristicValuer, ScorerValuer, Valuer
 
 if TYPE_CHECKING:
     from damc.runtime.explain import Explanation
@@ -120,98 +114,6 @@ def _now_iso(t: float) -> str:
     return datetime.fromtimestamp(t, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-_STORE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
-_KEEP_VIEW = object()   # `_ingest`: leave the session's view as the store extends it
-
-
-class _Stale(Exception):
-    """Another writer changed the session between aligning a message list and ingesting it (retried)."""
-
-
-def _created_by_opening(path: str | os.PathLike | None) -> list[Path]:
-    """What opening a memory at `path` would create: the first missing directory on the way to it, else the store
-    files when the database does not exist yet (never a file another process may already have open)."""
-    if path is None:
-        return []
-    p = Path(path)
-    is_file = p.suffix in _STORE_SUFFIXES
-    folder = p.parent if is_file else p
-    missing = None
-    for d in (folder, *folder.parents):
-        if d.exists():
-            break
-        missing = d
-    if missing is not None:
-        return [missing]
-    db = p if is_file else p / "cards.db"
-    if db.exists():
-        return []
-    return [db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm"),
-            p.with_suffix(".faiss") if is_file else p / "cards.faiss"]
-
-
-def _remove_created(paths: list[Path]) -> None:
-    """Undo `_created_by_opening` after a constructor failed."""
-    for q in paths:
-        try:
-            if q.is_dir():
-                shutil.rmtree(q)
-            else:
-                q.unlink(missing_ok=True)
-        except OSError as e:   # leave it, but say so: the constructor's own error is the one raised
-            logger.warning("could not remove %s after a failed construction: %s", q, e)
-
-
-class _BoundedCache:
-    """A thread-safe mapping that forgets its least recently used entries beyond `max_items`."""
-
-    def __init__(self, max_items: int) -> None:
-        self.max_items = max_items
-        self._items: OrderedDict[str, int] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: str) -> int | None:
-        with self._lock:
-            value = self._items.get(key)
-            if value is not None:
-                self._items.move_to_end(key)
-            return value
-
-    def put(self, key: str, value: int) -> None:
-        with self._lock:
-            self._items[key] = value
-            while len(self._items) > self.max_items:
-                self._items.popitem(last=False)
-
-
-def check_call(messages: Any, tools: Any) -> tuple[list[Any], list[Any] | None]:
-    """The message list and tool list of a `build_context` call, after the shape checks every call gets.
-
-    Raises:
-        TypeError: `messages` is not a list of messages, or `tools` is not a list of tool schemas.
-        ValueError: `messages` is empty.
-    """
-    if isinstance(messages, (str, bytes, dict)) or not isinstance(messages, Iterable):
-        raise TypeError(f"messages must be a list of OpenAI chat messages ({{'role': ..., 'content': ...}}), got "
-                        f"a {type(messages).__name__}")
-    msgs = list(messages)
-    if not msgs:
-        raise ValueError("build_context needs the conversation so far and got an empty message list: pass at least "
-                         "the current user message, e.g. [{'role': 'user', 'content': '...'}]")
-    if tools is None:
-        return msgs, None
-    if isinstance(tools, (str, bytes, dict)) or not isinstance(tools, Iterable):
-        hint = " (one schema? wrap it: tools=[schema])" if isinstance(tools, dict) else ""
-        raise TypeError(f"tools must be a list of OpenAI tool schemas, [{{'type': 'function', 'function': "
-                        f"{{'name': ..., 'parameters': {{...}}}}}}, ...], got a {type(tools).__name__}{hint}")
-    tools = list(tools)
-    for j, t in enumerate(tools):
-        if not isinstance(t, dict):
-            raise TypeError(f"tools[{j}] is a {type(t).__name__}: expected an OpenAI tool schema (a dict "
-                            "{'type': 'function', 'function': {'name': ..., 'parameters': {...}}})")
-    return msgs, tools
-
-
 class DecisionAwareMemory:
     """Decision-aware memory for a tool-calling agent (see module docstring).
 
@@ -258,13 +160,12 @@ class DecisionAwareMemory:
         self._tokenizer_spec = tokenizer
         self._tokenizer: Any = None
         self._memo = TextMemo()                    # big strings: cleaned and hashed once per object
-        self._message_tokens = _BoundedCache(16_384)   # message digest -> tokens it adds to a prompt
-        self._anchor_tokens: int | None = None
+        self._message_tokens = DigestCache(16_384)   # message digest -> tokens it adds to a prompt
         from damc.models import REGISTRY
 
         if isinstance(tokenizer, str) and tokenizer not in REGISTRY:
             self.tokenizer    # a path or hub id: a missing or corrupt file fails here, naming it
-        created = _created_by_opening(path)
+        created = created_by_opening(path)
         try:
             db, faiss_path = self._paths(path)
             self.path = Path(path) if path else None
@@ -278,7 +179,7 @@ class DecisionAwareMemory:
         except BaseException:   # leave nothing behind: no half-made directory for the next attempt to trip on
             if getattr(self, "store", None) is not None:
                 self.store.close()
-            _remove_created(created)
+            remove_created(created)
             raise
 
     @staticmethod
@@ -286,7 +187,7 @@ class DecisionAwareMemory:
         if path is None:
             return ":memory:", None
         p = Path(path)
-        if p.suffix in _STORE_SUFFIXES:
+        if p.suffix in STORE_SUFFIXES:
             return str(p), str(p.with_suffix(".faiss"))
         p.mkdir(parents=True, exist_ok=True)
         return str(p / "cards.db"), str(p / "cards.faiss")
@@ -323,26 +224,6 @@ class DecisionAwareMemory:
     def _prompt_tokens(self, messages: Sequence[dict[str, str]]) -> int:
         return prompt_tokens(messages, self.tokenizer)
 
-    def _history_tokens(self, history: Sequence[dict[str, Any]]) -> int:
-        """Tokens the raw history adds to a prompt (`Context.tokens_before`: what sending it verbatim costs).
-
-        Each message is counted once, as the prompt renders it, and remembered by its digest: a 10 MB tool result
-        is tokenized on the turn it arrives, not again on every later turn.
-        """
-        if self._anchor_tokens is None:
-            self._anchor_tokens = self._prompt_tokens(assemble(None, None, [], []))
-        total = 0
-        for m in history:
-            if m.get("role") == "system":   # the prompt drops them (`build_decision_messages`)
-                continue
-            key = message_digest(m, self._memo)
-            n = self._message_tokens.get(key)
-            if n is None:
-                n = self._prompt_tokens(assemble(None, None, [], [], history=[m])) - self._anchor_tokens
-                self._message_tokens.put(key, n)
-            total += n
-        return total
-
     # ------------------------------------------------------------------ ingestion
 
     def add(self, message: dict[str, Any], session_id: str | None = None, *, user_id: str | None = None,
@@ -364,29 +245,9 @@ class DecisionAwareMemory:
                 nothing of the batch is written.
         """
         msgs = clean_messages(list(messages), self._memo)
-        return self._ingest(msgs, session_id or self.config.session_id, self._scope(user_id, agent_id),
-                            [message_digest(m, self._memo) for m in msgs])
+        return ingest_messages(self, msgs, session_id or self.config.session_id, self._scope(user_id, agent_id),
+                               [message_digest(m, self._memo) for m in msgs])
 
-    def _ingest(self, msgs: list[Any], sid: str, scope: Scope, digests: list[str], *, view: Any = _KEEP_VIEW,
-                expect_n: int | None = None, meta: list[dict[str, Any] | None] | None = None) -> list[str]:
-        """One ingest transaction: the cards of `msgs`, the session counter, and the hash chain extended by
-        `digests` (the view set to `view` unless `_KEEP_VIEW`). Raises `_Stale` when the session no longer holds
-        `expect_n` messages."""
-        count = token_counter(self.tokenizer) if self.tokenizer is not None else None
-        stamp = _now_iso(time.time()) if self.config.stamp_time else None
-
-        def batch(state: dict[str, Any], get_card: Any) -> tuple[list[Card], list[bool], dict[str, Any], list[str]]:
-            if expect_n is not None and state["n_messages"] != expect_n:
-                raise _Stale()
-            cards, pinned, new_state, ids = ingest_batch(msgs, sid, state, get_card, count=count, stamp=stamp,
-                                                         is_pinned=is_pinned, max_chars=self.config.max_card_chars,
-                                                         meta=meta)
-            new_state["digests"] = digests
-            if view is not _KEEP_VIEW:
-                new_state["view"] = view
-            return cards, pinned, new_state, ids
-
-        return self.store.ingest(sid, batch, scope=scope)
 
     # ------------------------------------------------------------------ retrieval
 
@@ -447,79 +308,7 @@ class DecisionAwareMemory:
         return self._observe(msgs, session_id, self._scope(user_id, agent_id))[1]
 
     def _observe(self, msgs: list[Any], session_id: str | None, scope: Scope) -> tuple[str, int, int]:
-        """`observe` on cleaned messages: `(session id used, messages recorded, store index of the current turn)`."""
-        u = split_conversation(msgs)[3]
-        digests = [message_digest(m, self._memo) for m in msgs]
-        for _ in range(5):   # another process may write the same session between aligning and ingesting
-            sid, al, n, view = self._resolve(msgs, digests, u, session_id or self.config.session_id, scope)
-            if al.backfill:
-                self.store.backfill_chain(sid, al.backfill, scope)
-            if not al.new and al.view == view:
-                break
-            batch = [self._as_ingested(msgs[k], k in al.summaries and k > 0) for k in al.new]
-            meta = [{"summary": True} if k in al.summaries and not (k == 0 and msgs[k].get("role") == "system")
-                    else None for k in al.new]
-            try:
-                self._ingest(batch, sid, scope, [digests[k] for k in al.new], view=al.view, expect_n=n, meta=meta)
-            except _Stale:
-                continue
-            if al.resynced:
-                logger.info("session %s/%s re-synced a trimmed or compacted history: %d new message(s)", scope, sid,
-                            len(al.new))
-            break
-        else:
-            raise RuntimeError(f"session {sid!r} kept changing under concurrent writers; try again")
-        self.index.sync()
-        return sid, len(al.new), al.turn_position
-
-    @staticmethod
-    def _as_ingested(m: Any, summary: bool) -> Any:
-        """A summary that arrived as a system message is stored as a card of its own (system messages make
-        none), with the text as written."""
-        if summary and isinstance(m, dict) and m.get("role") == "system":
-            return {**m, "role": "user"}
-        return m
-
-    def _align(self, sid: str, digests: list[str], u: int, scope: Scope, need_diff: bool = False
-               ) -> tuple[Alignment, int, list[int] | None]:
-        n, view = self.store.session_view(sid, scope)
-        al = align(digests, u, n, view, lambda idx: self.store.chain_rows(sid, idx, scope), need_diff=need_diff)
-        return al, n, view
-
-    def _resolve(self, msgs: list[Any], digests: list[str], u: int, base: str, scope: Scope
-                 ) -> tuple[str, Alignment, int, list[int] | None]:
-        """The session a message list belongs to: `base` when it continues (or re-syncs with) it; else, with
-        `on_mismatch="new_session"`, `{base}~{hash of its opening}`, a session of that family its trimmed
-        history re-syncs with, or — when that derived session went another way — `{base}~{hash of the list up
-        to the first difference}`."""
-        error = self.config.on_mismatch == "error"
-        al, n, view = self._align(base, digests, u, scope, need_diff=error)
-        if al.ok:
-            return base, al, n, view
-        if error:
-            k = al.first_diff if al.first_diff is not None else 0
-            m = msgs[k] if k < len(msgs) and isinstance(msgs[k], dict) else {}
-            preview = message_text(m)[:60] if isinstance(m.get("content"), (str, list)) else ""
-            raise ConversationMismatchError(base, k, f" (messages[{k}] is the {m.get('role', '?')} message "
-                                            f"{preview!r})" if preview else "")
-        sid = derive_session_id(base, digests[:opening_length(msgs)])
-        al, n, view = self._align(sid, digests, u, scope, need_diff=True)
-        if al.ok and n == 0:   # new, unless it is the trimmed history of a conversation stored earlier
-            recent = [d for d, m in zip(digests[:u], msgs) if not (isinstance(m, dict) and m.get("role") == "system")]
-            for other in self.store.sessions_holding(recent[-64:], base, scope):
-                if other not in (base, sid):
-                    found = self._align(other, digests, u, scope)
-                    if found[0].ok:
-                        return (other,) + found
-        seen = {sid}
-        while not al.ok:       # the derived session holds a conversation that opened alike and went another way
-            k = al.first_diff if al.first_diff is not None else len(digests) - 1
-            sid = derive_session_id(base, digests[:k + 1])
-            if sid in seen:
-                raise ConversationMismatchError(base, k, " and no derived session fits it either")
-            seen.add(sid)
-            al, n, view = self._align(sid, digests, u, scope, need_diff=True)
-        return sid, al, n, view
+        return observe_session(self, msgs, session_id, scope)
 
     def build_context(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None,
                       system: str | None = None, budget_tokens: int | None = None, *, session_id: str | None = None,
@@ -616,7 +405,7 @@ class DecisionAwareMemory:
         t = time.perf_counter()
         out_msgs = assemble(system, tools, lines, turn, placement=cfg.placement)
         tokens_after = self._prompt_tokens(out_msgs)
-        tokens_before = base_tokens + self._history_tokens(history)
+        tokens_before = base_tokens + history_tokens(history, self._prompt_tokens, self._message_tokens, self._memo)
         timings["assemble"] = (time.perf_counter() - t) * 1000
 
         selected = [SelectedCard(cards[i].card_id, float(values[i]), float(sel.scores[i]), kept_tokens[j],

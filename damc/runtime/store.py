@@ -45,7 +45,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from damc.cards import Card
-from damc.runtime import schema
+from damc.runtime import schema, sessions
 from damc.runtime.scope import DEFAULT_SCOPE, Scope
 
 logger = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ def _chunks(ids: Sequence[Any], n: int = 900) -> Iterator[list[Any]]:
         yield ids[i:i + n]
 
 
-class CardStore:
+class CardStore(sessions.SessionChains):
     """Cards in SQLite (WAL, one transaction per write batch, hot/cold tiers, one scope per row).
 
     Args:
@@ -141,29 +141,19 @@ class CardStore:
         # isolation_level=None: we issue BEGIN/COMMIT ourselves (BEGIN IMMEDIATE takes the write lock up front).
         self._conn = sqlite3.connect(self.path, timeout=self.config.busy_timeout_ms / 1000,
                                      isolation_level=None, check_same_thread=False)
+        c = self._conn
         try:
-            self._open(self._conn)
-        except sqlite3.OperationalError as e:   # locked past busy_timeout, unreadable, read-only...
-            self._conn.close()
-            raise StoreError(f"{self.path}: cannot open the card store: {e}") from e
-        except sqlite3.DatabaseError as e:      # a file that is not SQLite, or a damaged one
-            self._conn.close()
-            raise StoreError(f"{self.path} is not a usable DAMC card store ({e}): point the memory at another "
-                             "directory, or move this file aside to start an empty store there") from e
-        except BaseException:
-            self._conn.close()
-            raise
-
-    def _open(self, c: sqlite3.Connection) -> None:
-        """Pragmas (busy timeout, WAL, synchronous) and the schema (created, migrated or refused)."""
-        c.execute(f"PRAGMA busy_timeout={int(self.config.busy_timeout_ms)}")
-        if self.path != ":memory:":
-            mode = self._enable_wal(c)
-            if str(mode).lower() != "wal":
-                logger.warning("SQLite refused WAL mode (got %s) for %s", mode, self.path)
-        c.execute(f"PRAGMA synchronous={self.config.synchronous}")
-        with self.transaction():
-            self._open_schema(c)
+            c.execute(f"PRAGMA busy_timeout={int(self.config.busy_timeout_ms)}")
+            if self.path != ":memory:":
+                mode = self._enable_wal(c)
+                if str(mode).lower() != "wal":
+                    logger.warning("SQLite refused WAL mode (got %s) for %s", mode, self.path)
+            c.execute(f"PRAGMA synchronous={self.config.synchronous}")
+            with self.transaction():
+                self._open_schema(c)
+        except sqlite3.DatabaseError as e:   # not SQLite, damaged, or locked past busy_timeout: name the file
+            c.close()
+            raise StoreError(f"{self.path} is not a usable DAMC card store ({e}); move it aside or use another path") from e
 
     def _enable_wal(self, c: sqlite3.Connection) -> str:
         """Switch the file to WAL, retrying while another process opens it at the same moment.
@@ -294,8 +284,7 @@ class CardStore:
         `state` is the session's `{"n_messages": int, "pending": {call_id: card_id}}` (sessions are keyed by
         scope and session id); `get_card(card_id)` reads the scope's cards. The cards are upserted and the new
         state saved atomically with them, so a crash never splits a batch from the session counter.
-        `new_state["digests"]` (one per message of the batch) extends the session's hash chain and
-        `new_state["view"]` sets its view (`damc.runtime.identity`), in the same transaction. Returns `result`.
+        Returns `result`.
         """
         now = time.time()
         key = (scope.user_id, scope.agent_key, session_id)
@@ -309,83 +298,7 @@ class CardStore:
             c.execute("INSERT INTO sessions (user_id, agent_id, session_id, n_messages, pending) VALUES (?, ?, ?, ?, ?) "
                       "ON CONFLICT(user_id, agent_id, session_id) DO UPDATE SET n_messages=excluded.n_messages, "
                       "pending=excluded.pending", key + (new_state["n_messages"], json.dumps(new_state["pending"])))
-            if "digests" in new_state:
-                self._extend_chain(c, key, state["n_messages"], new_state)
             return result
-
-    def _extend_chain(self, c: sqlite3.Connection, key: tuple[str, str, str], n0: int, new_state: dict[str, Any]
-                      ) -> None:
-        """Append the batch's message digests to the session's hash chain (store indices `n0, n0 + 1, ...`) and
-        set its view (`new_state["view"]` when given, else the stored view extended by the new indices)."""
-        from damc.runtime.identity import chain_next
-
-        row = c.execute("SELECT chain FROM session_messages WHERE user_id = ? AND agent_id = ? AND session_id = ? "
-                        "AND idx = ?", key + (n0 - 1,)).fetchone()
-        prev = row[0] if row else None
-        rows = []
-        for j, d in enumerate(new_state["digests"]):
-            prev = chain_next(prev, d)
-            rows.append(key + (n0 + j, d, prev))
-        c.executemany("INSERT OR REPLACE INTO session_messages VALUES (?, ?, ?, ?, ?, ?)", rows)
-        if "view" in new_state:
-            view = new_state["view"]
-        else:
-            old = c.execute("SELECT view FROM sessions WHERE user_id = ? AND agent_id = ? AND session_id = ?",
-                            key).fetchone()
-            view = json.loads(old[0]) + list(range(n0, n0 + len(rows))) if old and old[0] else None
-        c.execute("UPDATE sessions SET view = ? WHERE user_id = ? AND agent_id = ? AND session_id = ?",
-                  (json.dumps(view) if view is not None else None,) + key)
-
-    def session_view(self, session_id: str, scope: Scope = DEFAULT_SCOPE) -> tuple[int, list[int] | None]:
-        """`(messages stored, view)` of a session: its message counter and the caller's latest list as store
-        indices (None: the stored order; `damc.runtime.identity`)."""
-        where, args = scope.where()
-        rows = self._query(f"SELECT n_messages, view FROM sessions WHERE {where} AND session_id = ?",
-                           args + (session_id,))
-        return (rows[0][0], json.loads(rows[0][1]) if rows[0][1] else None) if rows else (0, None)
-
-    def chain_rows(self, session_id: str, indices: Sequence[int] | None = None,
-                   scope: Scope = DEFAULT_SCOPE) -> dict[int, tuple[str, str]]:
-        """`{store index: (message digest, chain value)}` of a session's hash chain (only `indices` when given)."""
-        where, args = scope.where()
-        sql = f"SELECT idx, digest, chain FROM session_messages WHERE {where} AND session_id = ?"
-        if indices is None:
-            return {r[0]: (r[1], r[2]) for r in self._query(sql, args + (session_id,))}
-        out: dict[int, tuple[str, str]] = {}
-        for chunk in _chunks([int(i) for i in indices]):
-            for r in self._query(sql + f" AND idx IN ({','.join('?' * len(chunk))})", args + (session_id,) + tuple(chunk)):
-                out[r[0]] = (r[1], r[2])
-        return out
-
-    def backfill_chain(self, session_id: str, digests: dict[int, str], scope: Scope = DEFAULT_SCOPE) -> None:
-        """Give a session stored before hash chains existed the digests of its messages (missing rows only)."""
-        from damc.runtime.identity import chain_next
-
-        if not digests:
-            return
-        key = (scope.user_id, scope.agent_key, session_id)
-        with self.transaction() as c:
-            have = dict(c.execute("SELECT idx, chain FROM session_messages WHERE user_id = ? AND agent_id = ? AND "
-                                  "session_id = ?", key).fetchall())
-            for idx in sorted(digests):
-                if idx not in have:
-                    have[idx] = chain_next(have.get(idx - 1), digests[idx])
-                    c.execute("INSERT OR IGNORE INTO session_messages VALUES (?, ?, ?, ?, ?, ?)",
-                              key + (idx, digests[idx], have[idx]))
-
-    def sessions_holding(self, digests: Sequence[str], base: str, scope: Scope = DEFAULT_SCOPE,
-                         limit: int = 8) -> list[str]:
-        """Sessions named `base` or `base~...` of a scope whose chains hold any of these message digests, the one
-        holding most of them first (where a trimmed history of a derived session is looked for)."""
-        where, args = scope.where()
-        counts: dict[str, int] = {}
-        for chunk in _chunks(list(dict.fromkeys(digests))):
-            for sid, k in self._query(
-                    f"SELECT session_id, count(*) FROM session_messages WHERE {where} AND digest IN "
-                    f"({','.join('?' * len(chunk))}) AND (session_id = ? OR substr(session_id, 1, ?) = ?) "
-                    "GROUP BY session_id", args + tuple(chunk) + (base, len(base) + 1, base + "~")):
-                counts[sid] = counts.get(sid, 0) + k
-        return sorted(counts, key=lambda sid: -counts[sid])[:limit]
 
     def _get_in_tx(self, card_id: str, scope: Scope) -> Card | None:
         where, args = scope.where()
