@@ -21,6 +21,11 @@ import sqlite3
 
 logger = logging.getLogger(__name__)
 
+
+class StoreError(RuntimeError):
+    """The store file cannot be used (not SQLite, damaged, locked past the busy timeout, a newer schema); the
+    message names the file. Raised by `damc.runtime.store.CardStore` (also importable from there)."""
+
 SCHEMA_VERSION = 3  # 1: no scopes; 2: every row carries (user_id, agent_id), card ids unique per scope;
 #                    3: per-session message hash chains (conversation identity)
 

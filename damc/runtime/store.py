@@ -51,10 +51,7 @@ from damc.runtime.scope import DEFAULT_SCOPE, Scope
 logger = logging.getLogger(__name__)
 
 SCHEMA_VERSION = schema.SCHEMA_VERSION
-
-
-class StoreError(RuntimeError):
-    """The store file cannot be used (e.g. written by a newer schema)."""
+StoreError = schema.StoreError   # the store file cannot be used (not SQLite, damaged, a newer schema)
 
 
 @dataclass
