@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from damc.runtime.assemble import assemble, prompt_tokens, split_conversation
+from damc.runtime.assemble import leading_instructions, prompt_tokens, split_conversation
 from damc.runtime.memory import DecisionAwareMemory
 from damc.runtime.store import StoreError
 from damc.tokens import load_token_counter
@@ -50,7 +50,7 @@ def test_malformed_tool_arguments_are_stored_as_text_and_later_turns_work(caplog
     # a truncated call in the current turn is shown as written
     now = later + [call("c3", "refund", '{"order_id": "88412", "amount": 12'), result("c3", "error: bad JSON")]
     ctx = mem.build_context(now, tools=TOOLS)
-    assert ctx.messages[-2]["content"] == 'refund({"order_id": "88412", "amount": 12)'
+    assert ctx.messages[-2] == now[-2]                                  # the current turn stays verbatim
     later = now + [{"role": "assistant", "content": "Retrying."}, {"role": "user", "content": "ok"}]
     mem.build_context(later, tools=TOOLS)
     assert mem.expand("default:10:0").meta["malformed"] is True
@@ -110,9 +110,8 @@ def test_a_huge_tool_result_is_tokenized_once_not_on_every_later_turn():
         spy.chars = 0
         ctx = mem.build_context(msgs, tools=TOOLS)
         assert spy.chars < 100_000, spy.chars                            # main re-tokenized the whole history
-    system, history, turn, _ = split_conversation(msgs)                  # and the figure is still exact
-    exact = prompt_tokens(assemble(system["content"] if isinstance(system, dict) else system, TOOLS, [], turn,
-                                   history=history), spy.inner)
+    _, history, turn, _ = split_conversation(msgs)                       # and the figure is still exact
+    exact = prompt_tokens([*leading_instructions(msgs), *history, *turn], spy.inner, tools=TOOLS)
     assert ctx.tokens_before == exact
 
 

@@ -123,6 +123,7 @@ def test_damc_in_the_harness_builds_the_prompt_a_user_gets_from_the_runtime(pipe
 
     from damc.data.episodes import decision_points
     from damc.eval.harness import main
+    from damc.eval.policies import decision_messages
     from damc.models import load_tokenizer
     from damc.runtime.memory import DecisionAwareMemory
     from damc.runtime.select import TopK
@@ -140,7 +141,8 @@ def test_damc_in_the_harness_builds_the_prompt_a_user_gets_from_the_runtime(pipe
                                    selector=TopK(None))
         ctx = user.build_context(dp.context, ep.tools, budget_tokens=256)
         assert [s.card_id for s in ctx.selected] == r["kept_card_ids"]
-        assert hashlib.sha1(json.dumps(ctx.messages, ensure_ascii=False).encode()).hexdigest() == r["prompt_hash"]
+        prompt = decision_messages(dp.context, ep.tools, ctx)   # the harness's rendering for its local model
+        assert hashlib.sha1(json.dumps(prompt, ensure_ascii=False).encode()).hexdigest() == r["prompt_hash"]
         user.close()
 
 

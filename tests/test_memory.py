@@ -11,7 +11,6 @@ from damc.cards import Card, encode_messages
 from damc.templates import required_atoms, template_compress
 from damc.data.episodes import EpisodeFormatError
 from damc.runtime.memory import Context, DecisionAwareMemory
-from damc.prompting import message_to_chat
 from damc.runtime.select import TopK
 from damc.runtime.valuers import (CachedValuer, CrossEncoderScorer, HeuristicValuer, HybridValuer, KNNValuer, LLMJudgeValuer,
                         ScorerValuer, is_constraint, parse_rating)
@@ -58,13 +57,12 @@ def built(tmp_path_factory):
 def test_context_keeps_current_turn_verbatim_and_the_error(built):
     mem, msgs, ctx, _ = built
     assert isinstance(ctx, Context)
-    assert ctx.messages[-1] == message_to_chat(msgs[-1])           # the current user turn, verbatim
-    assert ctx.openai_messages()[3:] == [msgs[-1]]
+    assert ctx.messages[-1] == msgs[-1]                             # the current user turn, verbatim
+    assert ctx.openai_messages() == ctx.messages
     assert ctx.messages[0] == {"role": "system", "content": "You are a support agent."}
-    assert [m["role"] for m in ctx.messages] == ["system", "user", "system", "user"]   # system, memory, tools, turn
+    assert [m["role"] for m in ctx.messages] == ["system", "user", "user"]   # caller's system, memory, turn
     system = ctx.messages[1]["content"]   # the fenced memory records
     assert system.startswith("## Relevant history") and "<memory_records>" in system
-    assert ctx.messages[2]["content"].startswith("## Tools")
     kept = {s.card_id for s in ctx.selected}
     assert "default:2:0" in kept                                    # the failed get_order call (pinned, id overlap)
     assert "default:53" in kept                                     # the changed requirement

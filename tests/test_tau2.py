@@ -287,8 +287,8 @@ def test_gold_arguments_are_parsed_never_evaluated():
 
 
 def test_unknown_domain_is_a_clear_error(tmp_path):
-    with pytest.raises(ValueError, match=r"domain 'telecom' \(tau2.domain\); expected one of retail, airline"):
-        tau2.load_domain("telecom")
+    with pytest.raises(ValueError, match=r"domain 'banking' \(tau2.domain\); expected one of retail, airline, telecom"):
+        tau2.load_domain("banking")
     with initialize(config_path="../configs", version_base="1.3"):
         cfg = compose(config_name="make_data", overrides=["source=tau2", "tau2.domain=mock", f"out_dir={tmp_path}"])
     with pytest.raises(ValueError, match="tau2.domain"):

@@ -28,7 +28,7 @@ from typing import Any, Iterable, Iterator
 
 logger = logging.getLogger(__name__)
 
-ROLES = ("system", "user", "assistant", "tool")
+ROLES = ("system", "developer", "user", "assistant", "tool")   # "developer": OpenAI's newer system
 
 
 class EpisodeFormatError(ValueError):
@@ -206,6 +206,25 @@ def load_episodes(path: str | os.PathLike) -> list[Episode]:
     return eps
 
 
+def default_file_mode() -> int:
+    """The mode `open()` would give a new file: 0o666 less the process umask (0o644 under the usual 022).
+
+    `tempfile.mkstemp` creates 0600 files; atomic writers chmod their temp file to this before the rename, so a
+    file written atomically gets the same permissions as one SQLite or `open()` creates beside it. The umask is
+    read from /proc where it is available (setting it to read it back is not thread-safe).
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write a file atomically (temp file in the same directory, fsync, rename)."""
     path = Path(path)
@@ -216,9 +235,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file normal permissions
+        os.chmod(tmp, default_file_mode())  # mkstemp creates 0600; give the file normal permissions
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -349,22 +366,11 @@ def render_action(message: dict[str, Any]) -> str:
     """Canonical text of an assistant action: tool calls joined by '; ', else the reply text."""
     calls = message.get("tool_calls") or []
     if calls:
-        return "; ".join(_call_text(c) for c in calls)
+        try:
+            return "; ".join(render_call(c["function"]["name"], {**call_arguments(c)}) for c in calls)
+        except (ValueError, TypeError, RecursionError):   # arguments a model cut short: written as they came
+            return "; ".join(f"{c['function']['name']}({c['function'].get('arguments')})" for c in calls)
     return message_text(message).strip()
-
-
-def _call_text(call: dict[str, Any]) -> str:
-    """`render_call` of one tool call; arguments that are not a JSON object (a model's truncated output) are
-    written as they came, `name(<raw arguments>)`, rather than stopping the prompt."""
-    name = call["function"]["name"]
-    try:
-        args = call_arguments(call)
-    except (ValueError, TypeError, RecursionError):
-        args = None
-    if isinstance(args, dict):
-        return render_call(name, args)
-    raw = call["function"].get("arguments")
-    return f"{name}({raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)})"
 
 
 def action_json(message: dict[str, Any]) -> str:

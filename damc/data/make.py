@@ -5,8 +5,8 @@
 * `source=synthetic` generates `n_episodes` seeded support episodes (`damc.data.synthetic`) and splits
   them by episode with the same seed (deterministic: same seed, byte-identical files);
 * `source=bfcl` replays a BFCL multi-turn category (`damc.data.bfcl.build_bfcl_splits`);
-* `source=tau2` replays τ²-bench retail or airline tasks offline (`damc.data.tau2.build_tau2_splits`;
-  airline is test-only).
+* `source=tau2` replays τ²-bench retail, airline or telecom tasks offline (`damc.data.tau2.build_tau2_splits`;
+  airline and telecom are test-only; telecom: `damc.data.tau2_telecom`).
 
 Each split is written atomically to `{out_dir}/{split}.jsonl`. `summarize(episodes)` is reusable
 (e.g. by `make demo`): episodes, messages, decisions, key-card statistics, approximate tokens and the

@@ -178,6 +178,21 @@ class ObservationMaskPolicy(MessagePolicy):
 
 # ----------------------------------------------------------------------------- card policies
 
+def decision_messages(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None, context: Any,
+                      placement: str = "message") -> list[dict[str, str]]:
+    """The runtime's context as the small local decision model reads it.
+
+    `build_context` returns the caller's own chat format (tools stay in the API's `tools` parameter). A local
+    model without native tool calling needs them as text and a call syntax: `build_decision_messages` writes
+    the system prompt (DAMC's default when the conversation has none, which tells the model to write calls as
+    `name(arg=value, ...)`), the fenced memory lines the runtime kept (`context.memory_lines`), the tools, and
+    the current turn with calls as canonical text — the same rendering the teacher labels with.
+    """
+    system, _, turn, _ = split_conversation(list(messages))
+    return build_decision_messages(system, tools, [], turn, memory_lines=context.memory_lines or None,
+                                   placement=placement)
+
+
 class CardPolicy(Policy):
     """A valuer plugged into `DecisionAwareMemory.build_context`; subclasses implement `make_valuer`.
 
@@ -210,7 +225,8 @@ class CardPolicy(Policy):
         ctx = memory.build_context(list(view.messages), list(view.tools) or None, budget_tokens=setting.budget,
                                    session_id=view.session_id, now=view.now, valuer=valuer,
                                    selector=self.selector(setting), compressor=self.compressor(setting))
-        return PolicyOutput(ctx.messages, [s.card_id for s in ctx.selected], ctx.candidate_ids, ctx.memory_tokens,
+        return PolicyOutput(decision_messages(view.messages, view.tools, ctx, memory.config.placement),
+                            [s.card_id for s in ctx.selected], ctx.candidate_ids, ctx.memory_tokens,
                             dict(ctx.timings_ms), {s.card_id: s.value for s in ctx.selected})
 
 

@@ -6,8 +6,11 @@ context or one decision of an episode file (rebuilt in an in-memory `DecisionAwa
 
 Example:
     >>> print(memory.explain(ctx))
-    context for session 'default': 14 candidates of 230 hot cards, 5 kept, 9 dropped
+    context for session 'default' (user 'default'): 14 candidates of 230 hot cards, 5 kept, 9 dropped
     tokens: 3,412 -> 611 (saved 2,801, 82 %); memory 143 / budget 4,894
+
+On a short chat the fenced memory message (its header and note included) can be longer than the history it
+replaces; the tokens line then says what was added ("added 48, +38 %: ...") instead of a negative saving.
     ...
 """
 
@@ -79,17 +82,23 @@ class Explanation:
             out["not_retrieved"] = self.not_retrieved
         return out
 
+    def tokens_line(self) -> str:
+        """Tokens before → after, with what was saved — or, when the context grew, what was added and why."""
+        d = self.data
+        before, after, saved = d["tokens_before"], d["tokens_after"], self.tokens_saved
+        pct = 100.0 * abs(saved) / before if before else 0.0
+        change = (f"saved {saved:,}, {pct:.0f} %" if saved >= 0 else
+                  f"added {-saved:,}, +{pct:.0f} %: the memory message is longer than the history it replaces")
+        return (f"tokens: {before:,} -> {after:,} ({change}); memory {d['memory_tokens']:,} / budget "
+                f"{d['budget_tokens']:,}")
+
     def __str__(self) -> str:
         d = self.data
-        before, after = d["tokens_before"], d["tokens_after"]
-        pct = 100.0 * self.tokens_saved / before if before else 0.0
+        scope = f"user {d.get('user_id', 'default')!r}" + (f", agent {d['agent_id']!r}" if d.get("agent_id") else "")
         lines = [
-            f"context for session {d['session_id']!r} of {d.get('user_id', 'default')}"
-            f"{'/' + d['agent_id'] if d.get('agent_id') else ''}: {d['n_candidates']} candidates of {d['n_hot']} "
-            f"hot cards, "
-            f"{len(self.kept)} kept, {len(self.dropped)} dropped",
-            f"tokens: {before:,} -> {after:,} (saved {self.tokens_saved:,}, {pct:.0f} %); memory "
-            f"{d['memory_tokens']:,} / budget {d['budget_tokens']:,}",
+            f"context for session {d['session_id']!r} ({scope}): {d['n_candidates']} candidates of {d['n_hot']} "
+            f"hot cards, {len(self.kept)} kept, {len(self.dropped)} dropped",
+            self.tokens_line(),
             "timings (ms): " + ", ".join(f"{k} {v:.1f}" for k, v in d["timings_ms"].items()),
             f"valuer {d.get('valuer', '?')}, selector {d.get('selector', '?')}",
         ]

@@ -378,24 +378,21 @@ def history_tokens(history: Sequence[Any], prompt_tokens: Callable[[list[dict[st
                    cache: DigestCache, memo: TextMemo) -> int:
     """Tokens the raw history adds to a prompt (`Context.tokens_before`: what sending it verbatim would cost).
 
-    Each message is counted once, as the prompt renders it (`assemble` with that message as history, less the
-    same prompt without it), and remembered by its digest: a 10 MB tool result is tokenized on the turn it
-    arrives, not again on every later turn. Exact for chat templates that render messages independently (ChatML).
+    Each message is counted once — the prompt with it after a one-line system message, less that system message
+    alone — and remembered by its digest: a 10 MB tool result is tokenized on the turn it arrives, not again on
+    every later turn. Exact for chat templates that render messages independently (ChatML).
     """
-    from damc.runtime.assemble import assemble
-
+    anchor_msgs = [{"role": "system", "content": "."}]
     anchor = cache.get("anchor")
     if anchor is None:
-        anchor = prompt_tokens(assemble(None, None, [], []))
+        anchor = prompt_tokens(anchor_msgs)
         cache.put("anchor", anchor)
     total = 0
     for m in history:
-        if m.get("role") == "system":   # the prompt drops them (`build_decision_messages`)
-            continue
         key = message_digest(m, memo)
         n = cache.get(key)
         if n is None:
-            n = prompt_tokens(assemble(None, None, [], [], history=[m])) - anchor
+            n = prompt_tokens(anchor_msgs + [m]) - anchor
             cache.put(key, n)
         total += n
     return total

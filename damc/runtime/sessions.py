@@ -181,11 +181,11 @@ def ingest_messages(memory: "DecisionAwareMemory", msgs: list[Any], sid: str, sc
 
     from damc.cards import token_counter
     from damc.runtime.ingest import ingest_batch
-    from damc.runtime.memory import _now_iso
     from damc.runtime.valuers import is_pinned
+    from damc.runtime.verbs import iso
 
     count = token_counter(memory.tokenizer) if memory.tokenizer is not None else None
-    stamp = _now_iso(time.time()) if memory.config.stamp_time else None
+    stamp = iso(time.time()) if memory.config.stamp_time else None
 
     def batch(state: dict[str, Any], get_card: Any) -> tuple[list[Any], list[bool], dict[str, Any], list[str]]:
         if expect_n is not None and state["n_messages"] != expect_n:
