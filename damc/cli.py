@@ -1,25 +1,36 @@
-"""Command-line entry points: every `main(cfg)` of the package behind `@hydra.main`, with the configs it ships.
+"""The `damc` command and the entry points behind `scripts/*.py`: every `main(cfg)` of the package under Hydra.
 
-`scripts/<name>.py` and `python -m <module>` both call `run(config_name, main)`, which composes
-`damc/configs/<config_name>.yaml` (shipped inside the package, so a wheel install works without a checkout)
-with the command-line overrides and calls `main(cfg)`.
+`damc COMMAND [KEY=VALUE ...]` (the console script, also `python -m damc.cli`) runs one step of the pipeline —
+`make-data`, `label`, `train`, `export`, `evaluate`, `reproduce`, `demo` — with Hydra overrides forwarded to the same
+`main(cfg)` that `scripts/<name>.py` calls, or `inspect STORE` (a memory's cards, scopes and the last context's
+explanation). `damc --help` lists them; `damc COMMAND --help` says what one does, then Hydra's config help.
+
+`scripts/<name>.py` and `python -m <module>` call `run(config_name, main)`, which composes
+`damc/configs/<config_name>.yaml` (shipped inside the package, so a wheel install works without a checkout) with
+the command-line overrides and calls `main(cfg)`. A required value left unset (`???`) stops with one usage line
+naming the key and exit status 2, before any work; `--help` starts with what the command does.
 
 Output stays readable: third-party INFO chatter (transformers weight reports, onnxruntime quantisation,
 faiss loader, httpx, datasets) is silenced; `-v` / `--verbose` anywhere on the command line brings it back
 (and DAMC's own DEBUG lines).
 
 Example:
+    $ damc label data.path=episodes.jsonl out_dir=labels
+    $ damc inspect runs/mem --user alice
     $ python -m damc.teacher.label data.path=episodes.jsonl out_dir=labels
     $ python scripts/demo.py -v
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import logging
 import os
 import sys
 import warnings
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 CONFIG_MODULE = "pkg://damc.configs"
 NOISY_LOGGERS = ("transformers", "sentence_transformers", "onnxruntime", "onnx", "faiss", "faiss.loader", "httpx",
@@ -55,13 +66,84 @@ def quiet_third_party(verbose: bool = False) -> None:
         pass
 
 
-def run(config_name: str, main: Callable[[Any], Any], after: Callable[[Any, Any], None] | None = None) -> None:
+@dataclass(frozen=True)
+class Command:
+    """One pipeline step of the `damc` command."""
+
+    config: str            # the Hydra config it composes (damc/configs/<config>.yaml)
+    target: str            # "module:function" called with the composed config
+    summary: str           # the one line `damc --help` shows
+    usage: str             # the required overrides, as a newcomer writes them
+    after: str | None = None  # "module:function" printing a summary from (cfg, result)
+
+
+COMMANDS: dict[str, Command] = {
+    "make-data": Command("make_data", "damc.data.make:main", "build train/dev/test episode files (synthetic, "
+                         "τ²-bench, BFCL)", "out_dir=DIR [source=synthetic] [n_episodes=200]"),
+    "label": Command("label", "damc.teacher.label:main", "label which cards mattered for each decision "
+                     "(teacher LLM, counterfactual deltas; resumable)", "data.path=EPISODES.jsonl out_dir=LABELS"),
+    "train": Command("train", "damc.scorer.train:main", "train the card scorer (a small cross-encoder) on labels",
+                     "data.labels=LABELS out_dir=RUN"),
+    "export": Command("export", "damc.scorer.export:main", "export a training run to a scorer directory "
+                      "(int8 ONNX + encoder: what the light runtime loads)", "run_dir=RUN out=SCORER"),
+    "evaluate": Command("evaluate", "damc.eval.harness:main", "A/B evaluation of memory policies: decision "
+                        "accuracy, prompt tokens, latency", "data.path=EPISODES.jsonl out_dir=DIR [scorer=SCORER] "
+                        "[labels_path=LABELS]", after="damc.eval.harness:print_summary"),
+    "reproduce": Command("study", "damc.eval.study:run_study", "the study behind the README's results "
+                         "(resumable; experiment=study_tau2_small for the reduced profile)", "[out_dir=DIR]"),
+    "demo": Command("demo", "damc.eval.pipelines:main", "the whole pipeline on synthetic data in minutes "
+                    "(data → labels → train → export → A/B)", "[out_dir=runs/demo]"),
+}
+INSPECT_SUMMARY = "a memory store: its cards, scopes and sessions, and the last context's explanation"
+USAGE_OF = {c.config: c.usage for c in COMMANDS.values()}  # config name -> usage line (scripts reuse it)
+
+
+def _load(ref: str) -> Callable[..., Any]:
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _help_requested(args: Sequence[str]) -> bool:
+    return any(a in ("-h", "--help") for a in args)
+
+
+def missing_values(config_name: str, overrides: Sequence[str]) -> list[str] | None:
+    """The required keys (`???`) that `damc/configs/<config_name>.yaml` with `overrides` leaves unset; None when the
+    config cannot be composed here (Hydra's own run then reports why)."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    try:
+        GlobalHydra.instance().clear()
+        with initialize_config_module(CONFIG_MODULE.removeprefix("pkg://"), version_base="1.3"):
+            cfg = compose(config_name, overrides=list(overrides))
+    except Exception:  # a bad override, an unknown group: Hydra's run reports it with its own message
+        return None
+    finally:
+        GlobalHydra.instance().clear()
+    return sorted(k for k in OmegaConf.missing_keys(cfg) if not k.startswith("hydra."))
+
+
+def usage_line(prog: str, config_name: str, missing: Sequence[str] = ()) -> str:
+    """`usage: PROG REQUIRED... [KEY=VALUE ...]`: the command's usage, or the missing keys themselves."""
+    usage = USAGE_OF.get(config_name) or " ".join(f"{k}=..." for k in missing)
+    return f"usage: {prog} {usage} [KEY=VALUE ...] [-v]".replace("  ", " ")
+
+
+def run(config_name: str, main: Callable[[Any], Any], after: Callable[[Any, Any], None] | None = None, *,
+        prog: str | None = None, doc: str | None = None) -> None:
     """Parse the command line with Hydra (`damc/configs/<config_name>.yaml`) and call `main(cfg)`.
+
+    `--help` prints `doc` (default: the running script's docstring — what it does) and the usage line before
+    Hydra's config help; a required value left unset exits with status 2 and one line naming the key.
 
     Args:
         config_name: the config file (without `.yaml`).
         main: the package function doing the work.
         after: optional `after(cfg, result)` printing a summary.
+        prog: the command's name in messages (default: the script's file name).
+        doc: what the command does (default: the `__main__` module's docstring).
     """
     from damc.extras import requires
 
@@ -70,6 +152,19 @@ def run(config_name: str, main: Callable[[Any], Any], after: Callable[[Any, Any]
 
     verbose = verbose_requested()
     sys.argv = [sys.argv[0]] + [a for a in sys.argv[1:] if a not in ("-v", "--verbose")]
+    prog = prog or os.path.basename(sys.argv[0])
+    args = sys.argv[1:]
+    if _help_requested(args):
+        text = doc if doc is not None else (getattr(sys.modules.get("__main__"), "__doc__", None) or "")
+        print(f"{text.strip()}\n\n{usage_line(prog, config_name)}\n", flush=True)
+    elif not any(a.startswith("-") for a in args):  # Hydra's own flags (--cfg, -m, ...) go straight to Hydra
+        missing = missing_values(config_name, args)
+        if missing:
+            noun = "value" if len(missing) == 1 else "values"
+            keys = ", ".join(repr(k) for k in missing)
+            print(f"{prog}: missing required {noun} {keys} — {usage_line(prog, config_name, missing)}",
+                  file=sys.stderr)
+            sys.exit(2)
     quiet_third_party(verbose)
 
     @hydra.main(config_path=CONFIG_MODULE, config_name=config_name, version_base="1.3")
@@ -81,3 +176,105 @@ def run(config_name: str, main: Callable[[Any], Any], after: Callable[[Any, Any]
             after(cfg, result)
 
     _entry()
+
+
+def overview() -> str:
+    """`damc --help`: every command with its one line."""
+    width = max(len(n) for n in [*COMMANDS, "inspect STORE"]) + 2
+    lines = ["usage: damc COMMAND [KEY=VALUE ...] [-v]", "",
+             "Decision-Aware Memory Cards: keep only the agent history that matters for the next decision.", "",
+             "commands:"]
+    lines += [f"  {name:<{width}}{c.summary}" for name, c in COMMANDS.items()]
+    lines += [f"  {'inspect STORE':<{width}}{INSPECT_SUMMARY}", "",
+              "KEY=VALUE are Hydra overrides of damc/configs/<command>.yaml (the same `main(cfg)` as scripts/*.py);",
+              "`damc COMMAND --help` shows a command's usage and its configuration. -v: third-party logs too."]
+    return "\n".join(lines)
+
+
+def inspect_store(argv: Sequence[str]) -> int:
+    """`damc inspect STORE`: counts per scope and session, the newest cards, the last context's explanation."""
+    import json
+    from collections import Counter
+    from pathlib import Path
+
+    from damc.runtime.explain import explain_store
+    from damc.runtime.scope import Scope
+    from damc.runtime.store import CardStore
+
+    ap = argparse.ArgumentParser(prog="damc inspect", description=INSPECT_SUMMARY)
+    ap.add_argument("store", metavar="STORE", help="memory directory (cards.db inside) or a .db file")
+    ap.add_argument("--user", default=None, help="scope's user_id (default: the only scope, else 'default')")
+    ap.add_argument("--agent", default=None, help="scope's agent_id (default: none)")
+    ap.add_argument("--session", default=None, help="session of the context to explain (default: the latest)")
+    ap.add_argument("--cards", type=int, default=10, help="newest cards listed (default: 10)")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of text")
+    a = ap.parse_args(argv)
+    path = Path(a.store)
+    db = path if path.suffix in (".db", ".sqlite", ".sqlite3") else path / "cards.db"
+    if not db.exists():
+        print(f"damc inspect: no DAMC store at {db} (a directory written by DecisionAwareMemory(path))",
+              file=sys.stderr)
+        return 2
+    with CardStore(db) as store:
+        cards = store.all_cards(tier=None)
+    scopes = Counter((c.scope.user_id, c.scope.agent_id) for c in cards)
+    sessions = Counter((c.scope.user_id, c.scope.agent_id, c.session_id) for c in cards)
+    if a.user is None and len(scopes) == 1:
+        scope = Scope(*next(iter(scopes)))
+    else:
+        scope = Scope(a.user or "default", a.agent)
+    try:
+        explanation: Any = explain_store(str(db), a.session, scope.user_id, scope.agent_id)
+    except LookupError as e:
+        explanation = None
+        why = str(e)
+    newest = cards[::-1][: a.cards]
+    if a.json:
+        print(json.dumps({"store": str(db), "cards": len(cards), "tiers": dict(Counter(c.tier for c in cards)),
+                          "scopes": [{"user_id": u, "agent_id": g, "cards": n} for (u, g), n in scopes.items()],
+                          "sessions": [{"user_id": u, "agent_id": g, "session_id": s, "cards": n}
+                                       for (u, g, s), n in sessions.items()],
+                          "newest": [{"card_id": c.card.card_id, "session_id": c.session_id, "kind": c.card.kind,
+                                      "tier": c.tier, "text": c.card.raw_text} for c in newest],
+                          "last_context": explanation.data if explanation is not None else None},
+                         indent=2, ensure_ascii=False, default=str))
+        return 0
+    tiers = Counter(c.tier for c in cards)
+    print(f"{db}: {len(cards)} cards ({', '.join(f'{n} {t}' for t, n in sorted(tiers.items())) or 'none'}), "
+          f"{len(scopes)} scope(s), {len(sessions)} session(s)")
+    for (u, g), n in sorted(scopes.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+        per = ", ".join(f"{s} ({m})" for (su, sg, s), m in sessions.items() if (su, sg) == (u, g))
+        print(f"  user={u} agent={g or '-'}: {n} cards; sessions: {per}")
+    if newest:
+        print(f"\nnewest cards ({len(newest)} of {len(cards)}):")
+        for c in newest:
+            text = " ".join(c.card.raw_text.split())
+            print(f"  {c.card.card_id:<24} {c.session_id:<12} {c.card.kind:<11} {c.tier:<4} "
+                  f"{text[:70] + ('…' if len(text) > 70 else '')}")
+    print(f"\nlast context (user={scope.user_id} agent={scope.agent_id or '-'}):")
+    print(explanation if explanation is not None else f"  none recorded: {why}")
+    return 0
+
+
+def app(argv: Sequence[str] | None = None) -> None:
+    """The `damc` console script: `damc COMMAND [KEY=VALUE ...]` (see `damc --help`)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(overview())
+        sys.exit(0 if argv else 2)
+    name, rest = argv[0], argv[1:]
+    if name == "inspect":
+        sys.exit(inspect_store(rest))
+    if name not in COMMANDS:
+        print(f"damc: unknown command {name!r}; choose from {', '.join([*COMMANDS, 'inspect'])} (damc --help)",
+              file=sys.stderr)
+        sys.exit(2)
+    cmd = COMMANDS[name]
+    main = _load(cmd.target)
+    doc = f"damc {name}: {cmd.summary}.\n\n{(sys.modules[main.__module__].__doc__ or '').strip()}"
+    sys.argv = [f"damc {name}", *rest]
+    run(cmd.config, main, _load(cmd.after) if cmd.after else None, prog=f"damc {name}", doc=doc)
+
+
+if __name__ == "__main__":  # python -m damc.cli --help
+    app()
