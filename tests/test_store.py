@@ -167,7 +167,7 @@ def test_index_persisted_and_reloaded(filled):
     idx.sync()
     assert idx.last_rebuild_reason == "missing" and path.exists()
     _, header = read_index_file(path)
-    assert header["stamp"]["count"] == 40 and header["model"] == "minilm-l6" and header["dim"] == 384
+    assert header["stamp"]["count"] == 40 and header["model"] == "minilm-l6-int8" and header["dim"] == 384
     again = CardIndex(store, "minilm-l6", path)
     assert again.sync() == 0 and again.last_rebuild_reason is None and again.ntotal == 40
     rowids, sims = again.search_text("get_order order_id 80007 shipped", 5)
