@@ -223,7 +223,7 @@ def test_index_stale_catches_up_and_foreign_stamp_rebuilds(filled, tmp_path):
 
 def test_index_encoder_change_rebuilds_and_embeddings_are_cached(filled):
     store, path = filled
-    CardIndex(store, "minilm-l6", path).sync()
+    CardIndex(store, "minilm-l6", path, encoder_backend="torch").sync()  # vectors cached under "minilm-l6"
 
     class Counting:
         def __init__(self):

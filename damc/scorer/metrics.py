@@ -140,7 +140,7 @@ def scorer_fidelity(scorer: Any, labels: Any, episodes: Sequence[str] | None = N
         from damc.runtime.scorer import CardScorer
 
         # fp32 torch when the export has the weights (`export.py fp32=true`), else what the runtime loads (int8 ONNX)
-        backend = "torch" if os.path.exists(os.path.join(scorer, "config.json")).exists() else "auto"
+        backend = "torch" if os.path.exists(os.path.join(scorer, "config.json")) else "auto"
         scorer = CardScorer.from_pretrained(scorer, dtype="float32", backend=backend)
     ds = load_labels(labels) if isinstance(labels, (str, os.PathLike)) else labels
     decisions = group_decisions(ds)
