@@ -49,7 +49,7 @@ def pipeline(tmp_path_factory) -> dict[str, Path]:
                    "memory.max_candidates=4", "data.tool_calls_only=true"))
     train(_compose("train", f"data.labels={root / 'labels'}", f"out_dir={root / 'run'}", "trainer=tiny",
                    "model.max_length=96", "data.max_cards=8", "device=cpu", "logger=none", "data.dev_fraction=0.34"))
-    export(_compose("export", f"run_dir={root / 'run'}", f"out={root / 'scorer'}"))
+    export(_compose("export", f"run_dir={root / 'run'}", f"out={root / 'scorer'}", "onnx=false"))  # torch weights
     return {"root": root, "test": root / "data" / "test.jsonl", "labels": root / "labels", "scorer": root / "scorer"}
 
 
