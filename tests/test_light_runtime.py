@@ -272,6 +272,10 @@ def test_wheel_without_extras_runs_the_runtime_example(tmp_path):
     out = sh(py, "-c", DOC_EXAMPLE + "\nimport sys, damc\nprint('TORCH', 'torch' in sys.modules, damc.__file__)\n")
     assert "## Relevant history" in out and "failed: 500 Internal Server Error" in out
     assert re.search(r"TORCH False .*/venv/lib/python[\d.]+/site-packages/damc/__init__.py", out), out[-500:]
+    # the README's Python blocks, verbatim, in the fresh light install
+    readme = "\n".join(re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S))
+    out = sh(py, "-c", readme + "\nimport sys\nprint('TORCH', 'torch' in sys.modules)\n")
+    assert "88412" in out and "KEPT" in out and "TORCH False" in out, out[-1000:]
     # a train entry point in the light install names the extra instead of a bare ModuleNotFoundError
     proc = subprocess.run([py, "-m", "damc.scorer.export", "run_dir=x", "out=y"], capture_output=True, text=True,
                           cwd=tmp_path, timeout=300)
