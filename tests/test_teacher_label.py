@@ -67,8 +67,12 @@ def test_ablation_estimator_through_config(episodes_file, tmp_path):
 
 
 def test_loi_margin_estimator_through_config(episodes_file, tmp_path):
-    """`estimator=loi_margin` labels the same cards as `loi`, with the rivals' shift taken off each delta."""
-    opts = ["max_decisions=3", "data.tool_calls_only=true"]
+    """`estimator=loi_margin` labels the same cards as `loi`, with the rivals' shift taken off each delta.
+
+    The two estimators run different forward passes (each card alone vs with its rivals' prefix), so the teacher is
+    pinned to fp32: under `dtype=auto` a box with AVX512-BF16 or AMX runs bf16, where the two paths' `logp_full`
+    differ by up to 0.35 nats."""
+    opts = ["max_decisions=3", "data.tool_calls_only=true", "teacher.dtype=float32"]
     main(cfg_for(episodes_file, tmp_path / "loi", *opts))
     s = main(cfg_for(episodes_file, tmp_path / "margin", "estimator=loi_margin", *opts))
     loi, margin = load_labels(tmp_path / "loi").to_pandas(), load_labels(tmp_path / "margin").to_pandas()
@@ -86,10 +90,10 @@ def test_resume_after_sigkill_gives_the_uninterrupted_rows(tmp_path):
     # decisions deep in a synthetic episode all have candidates: several shards, so the kill lands mid-run
     episodes_file = tmp_path / "eps.jsonl"
     write_episodes(episodes_file, generate_episodes(1, seed=5, progress=False))
-    opts = ["data.tool_calls_only=true", "memory.max_candidates=4", "max_decisions=5", "shard_size=1"]
+    opts = ["data.tool_calls_only=true", "memory.max_candidates=2", "max_decisions=4", "shard_size=1"]
     ref = tmp_path / "ref"
     main(cfg_for(episodes_file, ref, *opts))
-    assert json.loads((ref / "summary.json").read_text())["decisions"] >= 3
+    assert json.loads((ref / "summary.json").read_text())["decisions"] >= 2
     out = tmp_path / "killed"
     cmd = [sys.executable, str(ROOT / "scripts/label.py"), f"data.path={episodes_file}", f"out_dir={out}",
            *opts, f"hydra.run.dir={tmp_path / 'hydra'}"]
