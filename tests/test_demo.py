@@ -13,6 +13,9 @@ import re
 import pytest
 
 pytestmark = pytest.mark.slow
+# shorter synthetic episodes than the demo's 40-70 messages (fewer cards to embed, index and label)
+SHORT_EPISODES = ("+synthetic.min_messages=10", "+synthetic.max_messages=40", "+synthetic.min_threads=1",
+                  "+synthetic.max_threads=2", "+synthetic.min_fillers=1", "+synthetic.max_fillers=2")
 
 
 def test_demo_pipeline_runs_every_stage_and_resumes(tmp_path, capsys):
@@ -20,7 +23,7 @@ def test_demo_pipeline_runs_every_stage_and_resumes(tmp_path, capsys):
 
     out = tmp_path / "demo"
     overrides = [
-        f"out_dir={out}", "data.n_episodes=10", "data.overrides=['+synthetic.min_messages=20','+synthetic.max_messages=40']",
+        f"out_dir={out}", "data.n_episodes=10", "data.overrides=[" + ",".join(f"'{o}'" for o in SHORT_EPISODES) + "]",
         "label.n_episodes=2", "label.calls_per_episode=3",
         "label.overrides=['data.tool_calls_only=true','memory.max_candidates=3']",
         "train.overrides=['trainer=tiny','logger=none','model.max_length=96','data.max_cards=6','data.dev_fraction=0.5']",
