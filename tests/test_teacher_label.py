@@ -77,6 +77,8 @@ def test_loi_margin_estimator_through_config(episodes_file, tmp_path):
     s = main(cfg_for(episodes_file, tmp_path / "margin", "estimator=loi_margin", *opts))
     loi, margin = load_labels(tmp_path / "loi").to_pandas(), load_labels(tmp_path / "margin").to_pandas()
     assert set(margin["estimator"]) == {"loi_margin"} and s["decisions"] >= 1
+    assert {json.loads((tmp_path / d / "label_config.json").read_text())["teacher"]["dtype"]
+            for d in ("loi", "margin")} == {"float32"}                      # both runs pinned, whatever the box
     assert list(zip(margin["decision_id"], margin["card_id"])) == list(zip(loi["decision_id"], loi["card_id"]))
     np.testing.assert_allclose(margin["delta"], (margin["logp_full"] - margin["logp_without"]) / margin["n_action_tokens"])
     np.testing.assert_allclose(margin["logp_full"], loi["logp_full"], atol=1e-2)    # the gold with each card alone
