@@ -93,7 +93,7 @@ def query_body(query: str) -> str:
     return "\n".join(line for line in query.splitlines() if not line.startswith("tools: "))
 
 
-def card_age(card: Card) -> int | None:
+def age_in_messages(card: Card) -> int | None:
     """Messages between the card's last message and the current user turn, as the runtime set it (None: unknown)."""
     age = (card.meta or {}).get("age")
     return int(age) if isinstance(age, (int, float)) else None
@@ -103,7 +103,7 @@ def render_card(card: Card, max_chars: int = CARD_CHARS, render: str = "template
     """The scorer's text for one card: `[kind · N messages ago] <line>` (no age when unknown), the line written as
     the runtime compressor `render` writes it (`CARD_RENDERS`; `fields` chooses a result's fields by `query`, the
     decision query)."""
-    age = card_age(card)
+    age = age_in_messages(card)
     head = f"[{card.kind} · {age} messages ago]" if age is not None else f"[{card.kind}]"
     if render == "fields":
         from damc.templates import field_compress

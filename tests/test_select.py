@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from damc.cards import Card
-from damc.runtime.select import DecayHybrid, Threshold, TopK, card_age, default_budget
+from damc.runtime.select import DecayHybrid, Threshold, TopK, decay_ages, default_budget
 from damc.runtime.store import parse_time
 
 
@@ -46,7 +46,7 @@ def test_decay_hybrid_in_hours_and_turns():
     sel = DecayHybrid(lam=0.1, k=1).select(cards, np.array([0.9, 0.5]), [5, 5], budget=100, now=now)
     assert sel.kept == [1]   # 0.9·e^-2.4 ≈ 0.08 < 0.5·e^-0.1 ≈ 0.45
     np.testing.assert_allclose(sel.scores, [0.9 * np.exp(-2.4), 0.5 * np.exp(-0.1)], rtol=1e-5)
-    ages, unit = card_age(CARDS, None)
+    ages, unit = decay_ages(CARDS, None)
     assert unit == "turns" and list(ages) == [5, 4, 3, 2, 1, 0]
     sel = DecayHybrid(lam=0.3, k=None, min_value=0.21).select(CARDS, VALUES, [1] * 6, budget=100)
     assert sel.kept == [5, 3, 4] and all(sel.dropped[i] == "below_threshold" for i in (0, 1, 2))

@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from damc.cards import Card
-from damc.query import card_age, card_document, query_body
+from damc.query import age_in_messages, card_document, query_body
 from damc.runtime.lexical import bm25_scores, bm25_tokens
 from damc.runtime.scope import scope_of
 from damc.runtime.valuers.heuristic import is_pinned
@@ -48,7 +48,7 @@ def base_features(query: str, cards: Sequence[Card], cosine: Sequence[float] | N
     n = len(cards)
     bm25 = bm25_scores([bm25_tokens(card_document(c)) for c in cards], bm25_tokens(query_body(query)))
     top = bm25.max(initial=0.0)
-    ages = np.array([card_age(c) or 0 for c in cards], dtype=np.float64)
+    ages = np.array([age_in_messages(c) or 0 for c in cards], dtype=np.float64)
     out = {"bm25": bm25 / top if top > 0 else np.zeros(n), "cosine": np.asarray(cosine if cosine is not None
                                                                                 else np.zeros(n), dtype=np.float64),
            "log_age": np.log1p(ages), "pinned": np.array([float(is_pinned(c)) for c in cards])}

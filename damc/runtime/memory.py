@@ -44,6 +44,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
@@ -67,7 +68,7 @@ from damc.runtime.scope import Scope, tag_card
 from damc.runtime.select import Selector, Threshold, TopK, default_budget
 from damc.runtime.observe import ingest_messages, observe_session
 from damc.runtime.store import CardStore, StoreConfig, StoredCard
-from damc.runtime.valuers import CachedValuer, HeuristicValuer, ScorerValuer, Valuer
+from damc.runtime.valuers import CachedValuer, HeuristicValuer, ScorerValuer, Valuer, as_valuer
 from damc.runtime.verbs import MemoryVerbs
 
 if TYPE_CHECKING:
@@ -128,13 +129,15 @@ class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
             runs is `config.encoder_backend` (a scorer exported with `encoder/` brings its ONNX encoder).
         tokenizer: the decision model's tokenizer for token counts: a registry name / GGUF / tokenizer dir
             (read by `damc.tokens.load_token_counter`, no weights, no torch), a tokenizer object, or None (chars/4).
-        context_window: the decision model's context window.
-        session_id: default session (the conversation).
-        user_id / agent_id: default scope (`MemoryConfig.user_id` / `agent_id`); every method also takes them
+        user_id: the default scope's user (`MemoryConfig.user_id`); every method also takes `user_id` / `agent_id`
             per call.
-        share_sessions: other sessions of the same scope are candidates too (default off).
-        config: everything else (`MemoryConfig`); explicit arguments above override it.
+        config: every setting (`MemoryConfig`: context window, session, agent, share_sessions, budgets, …);
+            `user_id` above overrides its user. `context_window=`, `session_id=`, `agent_id=` and
+            `share_sessions=` as keywords still work for one release, with a `DeprecationWarning`.
         index_config / store_config: FAISS and SQLite settings.
+
+    Example:
+        >>> memory = DecisionAwareMemory("memory_dir", user_id="alice", config=MemoryConfig(context_window=32_768))
     """
 
     def __init__(self, path: str | os.PathLike | None = None, *, valuer: Valuer | None = None,
@@ -144,9 +147,14 @@ class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
                  agent_id: str | None = None, share_sessions: bool | None = None, config: MemoryConfig | None = None,
                  index_config: IndexConfig | None = None, store_config: StoreConfig | None = None):
         self.config = config or MemoryConfig()
-        for name, value in (("context_window", context_window), ("session_id", session_id), ("user_id", user_id),
-                            ("agent_id", agent_id), ("share_sessions", share_sessions)):
+        if user_id is not None:
+            self.config.user_id = user_id
+        moved = {"context_window": context_window, "session_id": session_id, "agent_id": agent_id,
+                 "share_sessions": share_sessions}
+        for name, value in moved.items():   # settings belong on MemoryConfig; the keywords stay for one release
             if value is not None:
+                warnings.warn(f"DecisionAwareMemory({name}=...) is deprecated and will be removed in the next "
+                              f"release: pass config=MemoryConfig({name}=...)", DeprecationWarning, stacklevel=2)
                 setattr(self.config, name, value)
         self.scope = Scope(self.config.user_id, self.config.agent_id)  # raises ValueError on a bad id
         if self.config.placement not in PLACEMENTS:
@@ -357,22 +365,18 @@ class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
         timings["retrieve"] = (time.perf_counter() - t) * 1000
 
         t = time.perf_counter()
+        valuer = as_valuer(valuer)
         valuer.bind(self)
         notes: list[str | None] = [None] * len(cards)
-        if not cards:
-            values = np.zeros(0, dtype=np.float32)
-        elif hasattr(valuer, "value_with_notes"):
+        if cards:
             values, notes = valuer.value_with_notes(query, cards, now)
-        else:                                                              # a duck-typed valuer
-            values = valuer.value(query, cards, now)
+        else:
+            values = np.zeros(0, dtype=np.float32)
         timings["value"] = (time.perf_counter() - t) * 1000
 
         ctx = self._pack(query, stored, cards, values, why, (instructions, tools, history, turn), budget_tokens, now,
-                         selector, compressor or self.compressor, timings, notes)
-        ctx.session_id, ctx.user_id, ctx.agent_id = sid, scope.user_id, scope.agent_id
-        ctx.n_hot = self.store.count("hot", scope)
-        ctx.valuer = getattr(valuer, "name", type(valuer).__name__)
-        ctx.timings_ms["total"] = (time.perf_counter() - t_start) * 1000
+                         selector, compressor or self.compressor, timings, notes,
+                         who=(sid, scope, valuer.name), t_start=t_start)
         if self.config.record:
             self.store.record_values({c.card_id: float(v) for c, v in zip(cards, values)}, scope)
             self.store.save_context(sid, ctx.to_dict(), scope)
@@ -382,9 +386,10 @@ class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
 
     def _pack(self, query: str, stored: list[StoredCard], cards: list[Card], values: np.ndarray,
               why: dict[str, list[str]], parts: tuple, budget_tokens: int | None, now: float, selector: Selector,
-              compressor: Compressor, timings: dict[str, float],
-              notes: Sequence[str | None] | None = None) -> Context:
-        """select → compress → assemble over valued candidates; `parts` = (instructions, tools, history, turn)."""
+              compressor: Compressor, timings: dict[str, float], notes: Sequence[str | None] | None = None, *,
+              who: tuple[str, Scope, str], t_start: float) -> Context:
+        """select → compress → assemble over valued candidates; `parts` = (instructions, tools, history, turn),
+        `who` = (session id used, scope, valuer name); the timings' total runs from `t_start`."""
         instructions, tools, history, turn = parts
         notes = list(notes) if notes is not None else [None] * len(cards)
         cfg = self.config
@@ -416,9 +421,14 @@ class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
         dropped = [DroppedCard(cards[i].card_id, float(values[i]), float(sel.scores[i]), line_tokens[i],
                                cards[i].n_tokens, reason, why[cards[i].card_id], notes[i])
                    for i, reason in sorted(sel.dropped.items(), key=lambda kv: -float(sel.scores[kv[0]]))]
-        return Context(out_msgs, selected, dropped, query, budget, tokens_before, tokens_after, sum(kept_tokens),
-                       timings, len(cards), 0, cfg.session_id, "", getattr(selector, "name", type(selector).__name__),
-                       turn)
+        sid, scope, valuer_name = who
+        timings["total"] = (time.perf_counter() - t_start) * 1000
+        return Context(messages=out_msgs, selected=selected, dropped=dropped, decision_query=query,
+                       budget_tokens=budget, tokens_before=tokens_before, tokens_after=tokens_after,
+                       memory_tokens=sum(kept_tokens), timings_ms=timings, n_candidates=len(cards),
+                       n_hot=self.store.count("hot", scope), session_id=sid, valuer=valuer_name,
+                       selector=getattr(selector, "name", type(selector).__name__), current_turn=turn,
+                       user_id=scope.user_id, agent_id=scope.agent_id)
 
     # ------------------------------------------------------------------ inspection
 

@@ -134,7 +134,7 @@ class Threshold(Selector):
         return self._greedy(cards, self.adjust(cards, values, now), tokens, budget, self.k, self.min_value)
 
 
-def card_age(cards: Sequence[Card], now: float | None) -> tuple[np.ndarray, str]:
+def decay_ages(cards: Sequence[Card], now: float | None) -> tuple[np.ndarray, str]:
     """Age of each card: hours since its timestamp when every card has one (and `now` is known), else
     turns (message positions) behind the newest candidate. Returns (ages, unit)."""
     times = [parse_time(c.timestamp) for c in cards]
@@ -164,7 +164,7 @@ class DecayHybrid(Selector):
         self.lam_turns = lam if lam_turns is None else lam_turns
 
     def adjust(self, cards, values, now=None) -> np.ndarray:
-        ages, unit = card_age(cards, now)
+        ages, unit = decay_ages(cards, now)
         lam = self.lam if unit == "hours" else self.lam_turns
         return (np.asarray(values, dtype=np.float64) * np.exp(-lam * ages)).astype(np.float32)
 

@@ -19,7 +19,8 @@ Example:
     >>> values = CachedValuer(v, ttl_s=60).value(query, cards)
 """
 
-from damc.runtime.valuers.base import NOT_CROSS_ENCODED, CachedValuer, HybridValuer, Valuer, card_hash, sigmoid
+from damc.runtime.valuers.base import (NOT_CROSS_ENCODED, CachedValuer, HybridValuer, Valuer, as_valuer, card_hash,
+                                      sigmoid)
 from damc.runtime.valuers.heuristic import (CONSTRAINT_PATTERNS, HeuristicValuer, HeuristicWeights, RecencyValuer,
                                             is_constraint, is_pinned, recency_order)
 from damc.runtime.valuers.judge import JUDGE_PROMPT, LLMJudgeValuer, parse_rating
@@ -27,7 +28,7 @@ from damc.runtime.valuers.learned import CrossEncoderScorer, KNNValuer, ScorerVa
 from damc.runtime.lexical import bm25_tokens
 from damc.runtime.valuers.retrieval import BM25Valuer, GenerativeAgentsValuer, SimilarityValuer
 
-__all__ = ["NOT_CROSS_ENCODED", "BM25Valuer", "CONSTRAINT_PATTERNS", "CachedValuer", "CrossEncoderScorer", "GenerativeAgentsValuer",
+__all__ = ["NOT_CROSS_ENCODED", "as_valuer", "BM25Valuer", "CONSTRAINT_PATTERNS", "CachedValuer", "CrossEncoderScorer", "GenerativeAgentsValuer",
            "HeuristicValuer", "HeuristicWeights", "HybridValuer", "JUDGE_PROMPT", "KNNValuer", "LLMJudgeValuer",
            "RecencyValuer", "ScorerValuer", "SimilarityValuer", "Valuer", "bm25_tokens", "card_hash", "is_constraint",
            "is_pinned", "parse_rating", "recency_order", "sigmoid"]

@@ -47,6 +47,35 @@ class Valuer(ABC):
         return self.value(query, cards, now)
 
 
+class _DuckValuer(Valuer):
+    """A valuer-shaped object that does not subclass `Valuer` (anything with `value(query, cards, now)`), adapted
+    once so the memory calls one method on every valuer."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.name = getattr(inner, "name", type(inner).__name__)
+
+    def value(self, query: str, cards: Sequence[Card], now: float | None = None) -> np.ndarray:
+        return np.asarray(self.inner.value(query, cards, now), dtype=np.float32)
+
+    def bind(self, memory: Any) -> None:
+        if callable(getattr(self.inner, "bind", None)):
+            self.inner.bind(memory)
+
+
+def as_valuer(obj: Any) -> Valuer:
+    """`obj` itself when it is a `Valuer`, else adapted (it needs a `value(query, cards, now)` method).
+
+    Raises:
+        TypeError: `obj` has no `value` method.
+    """
+    if isinstance(obj, Valuer):
+        return obj
+    if not callable(getattr(obj, "value", None)):
+        raise TypeError(f"a valuer needs a value(query, cards, now) method; got {type(obj).__name__}")
+    return _DuckValuer(obj)
+
+
 NOT_CROSS_ENCODED = "not_cross_encoded"   # a cascade's note: valued without the student (below its top-M)
 
 
