@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 
-.PHONY: venv demo test test-fast reproduce clean
+.PHONY: venv demo lint test test-fast reproduce clean
 
 venv: $(STAMP)
 
@@ -33,13 +33,17 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(PY) scripts/demo.py
 
-## test: the full suite, slow tests included (CI runs this)
-test: $(STAMP)
+## lint: pyflakes and import order (ruff; settings in pyproject.toml)
+lint: $(STAMP)
+	$(PY) -m ruff check damc scripts tests
+
+## test: lint, then the full suite, every tier, slow tests included (CI runs this)
+test: lint
 	$(PY) -m pytest -q --durations=12 tests
 
-## test-fast: skip @pytest.mark.slow
+## test-fast: the unit tier only (tests/unit: no model, no server, no subprocess; about a minute)
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q tests/unit
 
 ## reproduce: the full-size study (GPU-sized); PROFILE=study_cpu_full runs the CPU profile behind the README's results
 reproduce: $(STAMP)
