@@ -8,6 +8,7 @@ tqdm). Training, labelling and evaluation need the extras:
 | `[train]`     | torch, transformers, sentence-transformers, accelerate, datasets, wandb, hydra-core, scikit-learn, gguf, onnx, ... |
 | `[eval]`      | matplotlib, scipy, bm25s                                                                 |
 | `[langchain]` | langchain-core                                                                           |
+| `[postgres]`  | psycopg 3, psycopg-pool, pgvector (the PostgreSQL backend, `damc.runtime.pgstore`)         |
 
 Import sites of those modules sit inside `with requires(what):`; a missing module then raises
 `MissingExtraError` (an `ImportError`) that names the extra and the command to install it, instead of a bare
@@ -46,6 +47,8 @@ EXTRA_OF: dict[str, tuple[str, str]] = {
     "scipy": ("scipy", "eval"),
     "bm25s": ("bm25s", "eval"),
     "langchain_core": ("langchain-core", "langchain"),
+    "psycopg": ("psycopg[binary]", "postgres"),
+    "psycopg_pool": ("psycopg-pool", "postgres"),
 }
 
 

@@ -51,11 +51,12 @@ from damc.runtime.assemble import assemble, prompt_tokens, split_conversation
 from damc.runtime.compress import COMPRESSORS, Compressor
 from damc.runtime.context import Context, DroppedCard, SelectedCard
 from damc.runtime.config import MemoryConfig
-from damc.runtime.index import CardIndex, IndexConfig
+from damc.runtime.index import IndexConfig
 from damc.runtime.ingest import ingest_batch
 from damc.runtime.scope import Scope, tag_card
 from damc.runtime.select import Selector, Threshold, TopK, default_budget
-from damc.runtime.store import CardStore, StoreConfig, StoredCard
+from damc.runtime.storage import is_server_url, open_storage
+from damc.runtime.store import StoreConfig, StoredCard
 from damc.runtime.valuers import CachedValuer, HeuristicValuer, ScorerValuer, Valuer, is_pinned
 
 if TYPE_CHECKING:
@@ -111,7 +112,8 @@ class DecisionAwareMemory:
     """Decision-aware memory for a tool-calling agent (see module docstring).
 
     Args:
-        path: None (in memory), a directory (`cards.db` + `cards.faiss` inside), or a `.db` file path.
+        path: None (in memory), a directory (`cards.db` + `cards.faiss` inside), or a `.db` file path, or a
+            PostgreSQL server: a `postgresql://` URL or a `psycopg_pool.ConnectionPool` (`damc.runtime.storage`).
         valuer: how cards are valued (default: `default_valuer(scorer)` — the heuristic prior, or the student
             through its learned combiner when `scorer` is given).
         selector: how cards are chosen (default: `default_selector` — the scorer's dev-chosen `Threshold(τ)`,
@@ -128,7 +130,7 @@ class DecisionAwareMemory:
             per call.
         share_sessions: other sessions of the same scope are candidates too (default off).
         config: everything else (`MemoryConfig`); explicit arguments above override it.
-        index_config / store_config: FAISS and SQLite settings.
+        index_config / store_config: FAISS and SQLite settings (`PgConfig` as `store_config` for PostgreSQL).
     """
 
     def __init__(self, path: str | os.PathLike | None = None, *, valuer: Valuer | None = None,
@@ -148,27 +150,15 @@ class DecisionAwareMemory:
         if compressor is None and self.config.compressor not in COMPRESSORS:
             raise ValueError(f"MemoryConfig.compressor must be one of {sorted(COMPRESSORS)}, "
                              f"got {self.config.compressor!r}")
-        db, faiss_path = self._paths(path)
-        self.path = Path(path) if path else None
-        self.store = CardStore(db, store_config)
+        self.path = None if is_server_url(path) or not path else Path(path)   # None for a PostgreSQL memory
         scorer_dir = scorer if isinstance(scorer, (str, os.PathLike)) else getattr(scorer, "path", None)
-        self.index = CardIndex(self.store, encoder, faiss_path, index_config,
-                               encoder_backend=self.config.encoder_backend, scorer_dir=scorer_dir)
+        self.store, self.index = open_storage(path, encoder, store_config=store_config, index_config=index_config,
+                                              encoder_backend=self.config.encoder_backend, scorer_dir=scorer_dir)
         self.valuer = valuer if valuer is not None else default_valuer(scorer, self.config)
         self.selector = selector or default_selector(self.valuer)
         self.compressor = compressor or COMPRESSORS[self.config.compressor]()
         self._tokenizer_spec = tokenizer
         self._tokenizer: Any = None
-
-    @staticmethod
-    def _paths(path: str | os.PathLike | None) -> tuple[str, str | None]:
-        if path is None:
-            return ":memory:", None
-        p = Path(path)
-        if p.suffix in (".db", ".sqlite", ".sqlite3"):
-            return str(p), str(p.with_suffix(".faiss"))
-        p.mkdir(parents=True, exist_ok=True)
-        return str(p / "cards.db"), str(p / "cards.faiss")
 
     def _scope(self, user_id: str | None, agent_id: str | None) -> Scope:
         """The memory's scope with per-call ids overriding it."""

@@ -1,0 +1,717 @@
+"""PostgreSQL + pgvector storage: the card store and its vector index for a fleet of workers on one database.
+
+`DecisionAwareMemory("postgresql://user@host/db")` (or a `psycopg_pool.ConnectionPool`) opens `PgCardStore` +
+`PgCardIndex` instead of SQLite + FAISS (`damc.runtime.storage.open_storage`); both have the method surface of
+`CardStore` / `CardIndex` that the memory, lifecycle and valuers call (`damc.runtime.storage.CardStorage`,
+`VectorIndex`).
+
+Layout (tables prefixed `damc_`, so they can sit in a database that holds other things):
+
+* `damc_cards`: one row per card, the exact card JSON in `data` (text, not jsonb: key order and float text
+  round-trip exactly), indexed scope / session / tier / pinned columns, `seq` from the sequence `damc_seq`
+  (a sequence, not a counter row, so writers never queue on one hot row), and the card's embedding in
+  `embedding vector(dim)` with `emb_seq` / `emb_model` saying which version of the card it encodes. `dim` is the
+  encoder's (384 for all-MiniLM-L6-v2); the column and its HNSW index (`vector_ip_ops`, partial on hot cards)
+  are added by the first `PgCardIndex` that knows the encoder;
+* `damc_sessions` (message count and pending tool calls per scope + session), `damc_contexts` (the last built
+  context per session), `damc_meta` (schema version, vector dimension, encoder name).
+
+Guarantees (the same as the embedded store's):
+
+* **one transaction per write call** — `ingest` locks the session row (`SELECT ... FOR UPDATE`), so two workers
+  appending to one conversation serialise, and a worker killed mid-call leaves nothing of it (the server rolls
+  back a transaction whose connection died);
+* **created idempotently** — every worker runs `CREATE ... IF NOT EXISTS` under a transaction-level advisory
+  lock; the schema version is recorded in `damc_meta`, a newer one is refused;
+* **scopes inside the vector query** — `PgCardIndex.search` filters scope, session and tier in the `WHERE` of
+  the same statement that orders by distance. A scope or session with at most `PgConfig.exact_max` embedded
+  cards is searched exactly (its rows through the scope b-tree, distances computed for each — no HNSW, so no
+  candidate list to starve); a bigger one through HNSW (`hnsw.ef_search` = `PgConfig.ef_search`, and
+  `hnsw.iterative_scan = strict_order` where pgvector ≥ 0.8 offers it), falling back to the exact scan whenever
+  the filtered HNSW scan returns fewer than `k` rows of a scope that holds more;
+* **connection loss is an error, not a hang** — a call interrupted by a server restart or a dropped connection
+  raises `StoreConnectionError` (its transaction rolled back or, if the connection died during COMMIT, of unknown
+  outcome: `ingest` is safe to retry, it resumes from the stored message count); the pool checks connections
+  before handing them out, so the next call reconnects.
+
+The embeddings are computed in the worker by the memory's encoder (`damc.runtime.encoder`, the one the FAISS
+index uses) and written by `PgCardIndex.sync`, which claims unembedded rows with `FOR UPDATE SKIP LOCKED` so
+workers never encode the same card twice. A process must not share a pool across `fork`: open the memory in the
+worker.
+
+Needs `pip install 'damc[postgres]'` (psycopg 3, psycopg-pool, pgvector). The library never starts a server.
+
+Example:
+    >>> memory = DecisionAwareMemory("postgresql://damc@db.internal/agents", user_id="alice")
+    >>> ctx = memory.build_context(messages, tools=tools, session_id="chat-42")
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import weakref
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from damc.cards import Card
+from damc.extras import requires
+from damc.runtime.index import CardIndex
+from damc.runtime.scope import DEFAULT_SCOPE, Scope
+from damc.runtime.store import CardStore, StoredCard, StoreError, parse_time
+
+logger = logging.getLogger(__name__)
+
+PG_SCHEMA_VERSION = 1   # 1: cards / sessions / contexts / meta, the vector column added by the index
+LOCK_KEY = 0x44414D43   # pg_advisory_xact_lock key ("DAMC") held while creating or changing the layout
+MAX_EF_SEARCH = 1000    # pgvector's upper bound for hnsw.ef_search
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS damc_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE SEQUENCE IF NOT EXISTS damc_seq;
+CREATE TABLE IF NOT EXISTS damc_cards (
+    rowid BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    user_id TEXT NOT NULL,
+    agent_id TEXT NOT NULL DEFAULT '',
+    card_id TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    tier TEXT NOT NULL DEFAULT 'hot',
+    pinned BOOLEAN NOT NULL DEFAULT FALSE,
+    n_tokens INTEGER NOT NULL DEFAULT 0,
+    t DOUBLE PRECISION NOT NULL,
+    seq BIGINT NOT NULL,
+    value_max DOUBLE PRECISION,
+    value_last DOUBLE PRECISION,
+    value_n INTEGER NOT NULL DEFAULT 0,
+    archived_at DOUBLE PRECISION,
+    data TEXT NOT NULL,
+    emb_seq BIGINT,
+    emb_model TEXT,
+    UNIQUE (user_id, agent_id, card_id)
+);
+CREATE INDEX IF NOT EXISTS damc_cards_scope_tier ON damc_cards (user_id, agent_id, tier, rowid);
+CREATE INDEX IF NOT EXISTS damc_cards_scope_session ON damc_cards (user_id, agent_id, session_id, position);
+CREATE INDEX IF NOT EXISTS damc_cards_scope_pinned ON damc_cards (user_id, agent_id, rowid) WHERE pinned AND tier = 'hot';
+CREATE INDEX IF NOT EXISTS damc_cards_unembedded ON damc_cards (rowid) WHERE tier = 'hot' AND emb_seq IS DISTINCT FROM seq;
+CREATE TABLE IF NOT EXISTS damc_sessions (
+    user_id TEXT NOT NULL,
+    agent_id TEXT NOT NULL DEFAULT '',
+    session_id TEXT NOT NULL,
+    n_messages INTEGER NOT NULL DEFAULT 0,
+    pending TEXT NOT NULL DEFAULT '{}',
+    PRIMARY KEY (user_id, agent_id, session_id)
+);
+CREATE TABLE IF NOT EXISTS damc_contexts (
+    user_id TEXT NOT NULL,
+    agent_id TEXT NOT NULL DEFAULT '',
+    session_id TEXT NOT NULL,
+    created DOUBLE PRECISION NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (user_id, agent_id, session_id)
+);
+"""
+
+PG_MIGRATIONS: dict[int, Any] = {}  # from version -> function(conn) bringing it to version + 1 (none yet)
+
+
+class StoreConnectionError(StoreError):
+    """The database could not be reached, or the connection dropped during a call (the next call reconnects)."""
+
+
+@dataclass
+class PgConfig:
+    """How a PostgreSQL memory connects and searches.
+
+    Attributes:
+        min_size: connections the pool keeps open (per process).
+        max_size: most connections the pool opens (per process; workers × max_size ≤ the server's
+            `max_connections`).
+        connect_timeout_s: how long a call waits for a connection (or the first connect) before failing (s).
+        statement_timeout_ms: a statement running longer is cancelled by the server (ms; 0: no limit).
+        hnsw_m: HNSW links per node (pgvector's `m`), used when the index is created.
+        hnsw_ef_construction: HNSW build candidate list (pgvector's `ef_construction`), used at creation.
+        ef_search: HNSW candidates per search (`hnsw.ef_search`; recall vs. latency; ≤ 1000).
+        exact_max: a scope (or session) with at most this many embedded hot cards is searched exactly.
+        embed_batch: cards `sync` encodes and writes per transaction.
+        check_connection: test a pooled connection before each use (one round trip; survives server restarts).
+    """
+
+    min_size: int = 1
+    max_size: int = 4
+    connect_timeout_s: float = 10.0
+    statement_timeout_ms: int = 30_000
+    hnsw_m: int = 16
+    hnsw_ef_construction: int = 64
+    ef_search: int = 100
+    exact_max: int = 20_000
+    embed_batch: int = 256
+    check_connection: bool = True
+
+
+def _scope_sql(scope: Scope) -> tuple[str, tuple[str, str]]:
+    where, args = scope.where()
+    return where.replace("?", "%s"), args
+
+
+def _dumps(card: Card) -> str:
+    return json.dumps(card.to_dict(), ensure_ascii=False, separators=(",", ":"))
+
+
+def _redact(url: str) -> str:
+    """The URL without its password (for messages)."""
+    if "@" not in url or "://" not in url:
+        return url
+    head, rest = url.split("://", 1)
+    cred, host = rest.rsplit("@", 1)
+    return f"{head}://{cred.split(':', 1)[0]}@{host}"
+
+
+class PgCardStore:
+    """Cards in PostgreSQL (see module docstring); the method surface of `CardStore`.
+
+    Args:
+        conn: a `postgresql://` URL (the store opens and owns a pool) or a `psycopg_pool.ConnectionPool` (used
+            as is, not closed by `close`).
+        config: pool and search settings.
+
+    Raises:
+        MissingExtraError: psycopg / psycopg-pool are not installed.
+        StoreConnectionError: the server cannot be reached within `connect_timeout_s`.
+        StoreError: the database holds a newer DAMC schema, or the pgvector extension is missing and cannot be
+            created by this user.
+    """
+
+    _COLS = "data, rowid, session_id, tier, pinned, t, seq, user_id, agent_id"
+
+    def __init__(self, conn: Any, config: PgConfig | None = None):
+        with requires("the PostgreSQL backend"):
+            import psycopg  # noqa: F401
+            from psycopg_pool import ConnectionPool
+        self.config = cfg = config or PgConfig()
+        self._registered: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        if isinstance(conn, str):
+            self.where = _redact(conn)
+            kwargs = {"connect_timeout": max(1, int(cfg.connect_timeout_s))}
+            if cfg.statement_timeout_ms:
+                kwargs["options"] = f"-c statement_timeout={int(cfg.statement_timeout_ms)}"
+            self.pool = ConnectionPool(conn, min_size=cfg.min_size, max_size=cfg.max_size, kwargs=kwargs,
+                                       timeout=cfg.connect_timeout_s, open=True, name="damc",
+                                       check=ConnectionPool.check_connection if cfg.check_connection else None)
+            self._owns_pool = True
+            try:
+                self.pool.wait(timeout=cfg.connect_timeout_s)
+            except Exception as e:  # noqa: BLE001 - PoolTimeout: the reason is in the pool's log
+                self.pool.close()
+                raise StoreConnectionError(f"cannot connect to PostgreSQL at {self.where} within "
+                                           f"{cfg.connect_timeout_s} s ({type(e).__name__}: {e}); is the server up "
+                                           "and the URL right (user, host, database)?") from e
+        else:
+            self.pool, self._owns_pool = conn, False
+            self.where = f"pool {getattr(conn, 'name', '?')}"
+        self.dim: int | None = None          # vector dimension once the index has added the column
+        self.pgvector_version = "0"
+        self._open_schema()
+
+    # ------------------------------------------------------------------ plumbing
+
+    @contextmanager
+    def transaction(self, *, vectors: bool = True) -> Iterator[Any]:
+        """One transaction on a pooled connection: committed when the block ends, rolled back on any exception.
+
+        Raises:
+            StoreConnectionError: no connection within `connect_timeout_s`, or the connection dropped (server
+                restart, network); the transaction did not commit (see module docstring for COMMIT itself).
+        """
+        import psycopg
+        from psycopg_pool import PoolTimeout
+
+        try:
+            with self.pool.connection(timeout=self.config.connect_timeout_s) as conn:
+                if vectors and conn not in self._registered:
+                    from pgvector.psycopg import register_vector
+
+                    register_vector(conn)   # numpy arrays <-> vector, binary; once per connection
+                    self._registered.add(conn)
+                with conn.transaction():
+                    yield conn
+        except PoolTimeout as e:
+            raise StoreConnectionError(f"no PostgreSQL connection to {self.where} within "
+                                       f"{self.config.connect_timeout_s} s: {e}") from e
+        except psycopg.OperationalError as e:
+            raise StoreConnectionError(f"PostgreSQL connection to {self.where} failed during this call "
+                                       f"({str(e).strip()}); nothing of the call was committed unless the connection "
+                                       "dropped at COMMIT; the next call reconnects") from e
+
+    def _query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple]:
+        with self.transaction() as c:
+            return c.execute(sql, args).fetchall()
+
+    def _open_schema(self) -> None:
+        """Create the layout if missing (advisory lock: workers starting together do it once), refuse a newer one."""
+        import psycopg
+
+        with self.transaction(vectors=False) as c:
+            c.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+            ext = c.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+            if ext is None:
+                try:
+                    with c.transaction():   # a savepoint: a refused CREATE leaves the outer transaction usable
+                        c.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                except psycopg.errors.InsufficientPrivilege as e:
+                    raise StoreError(f"{self.where}: the pgvector extension is not installed in this database and "
+                                     f"this user may not create it ({e}); run `CREATE EXTENSION vector;` once as "
+                                     "a superuser or the database owner") from None
+                except psycopg.errors.FeatureNotSupported as e:
+                    raise StoreError(f"{self.where}: pgvector is not available on this server ({e}); install it "
+                                     "(https://github.com/pgvector/pgvector)") from None
+                ext = c.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+            self.pgvector_version = ext[0]
+            have = c.execute("SELECT to_regclass('damc_meta') IS NOT NULL").fetchone()[0]
+            version = None
+            if have:
+                row = c.execute("SELECT value FROM damc_meta WHERE key = 'schema_version'").fetchone()
+                version = int(row[0]) if row else None
+            if version is None:
+                for stmt in SCHEMA.split(";"):
+                    if stmt.strip():
+                        c.execute(stmt)
+                c.execute("INSERT INTO damc_meta VALUES ('schema_version', %s) ON CONFLICT (key) DO NOTHING",
+                          (str(PG_SCHEMA_VERSION),))
+                version = PG_SCHEMA_VERSION
+            elif version > PG_SCHEMA_VERSION:
+                raise StoreError(f"{self.where} has DAMC schema version {version}; this DAMC reads up to "
+                                 f"{PG_SCHEMA_VERSION}")
+            while version < PG_SCHEMA_VERSION:
+                logger.info("migrating %s from schema version %d to %d", self.where, version, version + 1)
+                PG_MIGRATIONS[version](c)
+                version += 1
+                c.execute("UPDATE damc_meta SET value = %s WHERE key = 'schema_version'", (str(version),))
+            row = c.execute("SELECT value FROM damc_meta WHERE key = 'dim'").fetchone()
+            self.dim = int(row[0]) if row else None
+
+    def close(self) -> None:
+        if self._owns_pool:
+            self.pool.close()
+
+    def __enter__(self) -> "PgCardStore":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def schema_version(self) -> int:
+        return int(self._query("SELECT value FROM damc_meta WHERE key = 'schema_version'")[0][0])
+
+    # ------------------------------------------------------------------ writes
+
+    def _upsert(self, c: Any, cards: Sequence[Card], session_id: str, pinned: Sequence[bool] | None, now: float,
+                scope: Scope = DEFAULT_SCOPE) -> list[int]:
+        if not cards:
+            return []
+        params = [(scope.user_id, scope.agent_key, card.card_id, session_id, card.position, card.kind,
+                   bool(pinned[j]) if pinned is not None else False, card.n_tokens,
+                   parse_time(card.timestamp) or now, _dumps(card)) for j, card in enumerate(cards)]
+        rowids = []
+        with c.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO damc_cards (user_id, agent_id, card_id, session_id, position, kind, pinned, n_tokens, t, "
+                "seq, data) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, nextval('damc_seq'), %s) "
+                "ON CONFLICT (user_id, agent_id, card_id) DO UPDATE SET kind = excluded.kind, "
+                "pinned = damc_cards.pinned OR excluded.pinned, n_tokens = excluded.n_tokens, seq = excluded.seq, "
+                "data = excluded.data RETURNING rowid", params, returning=True)
+            while True:
+                rowids.append(cur.fetchone()[0])
+                if not cur.nextset():
+                    break
+        return rowids
+
+    def add_cards(self, cards: Sequence[Card], session_id: str | None = None,
+                  pinned: Sequence[bool] | None = None, *, scope: Scope = DEFAULT_SCOPE) -> list[int]:
+        """Insert cards (or update those whose `card_id` exists in the scope) in one transaction; returns rowids."""
+        if not cards:
+            return []
+        now = time.time()
+        with self.transaction() as c:
+            if session_id is None:
+                return [self._upsert(c, [card], card.episode_id, None if pinned is None else [pinned[j]], now,
+                                     scope)[0] for j, card in enumerate(cards)]
+            return self._upsert(c, cards, session_id, pinned, now, scope)
+
+    def ingest(self, session_id: str, fn: Any, *, scope: Scope = DEFAULT_SCOPE) -> Any:
+        """`CardStore.ingest` on PostgreSQL: the session row is locked for the transaction, so concurrent batches
+        of one conversation apply one after the other."""
+        now = time.time()
+        key = (scope.user_id, scope.agent_key, session_id)
+        with self.transaction() as c:
+            c.execute("INSERT INTO damc_sessions (user_id, agent_id, session_id) VALUES (%s, %s, %s) "
+                      "ON CONFLICT DO NOTHING", key)
+            row = c.execute("SELECT n_messages, pending FROM damc_sessions WHERE user_id = %s AND agent_id = %s AND "
+                            "session_id = %s FOR UPDATE", key).fetchone()
+            state = {"n_messages": row[0], "pending": json.loads(row[1])}
+            cards, pinned, new_state, result = fn(state, lambda cid: self._get_in_tx(c, cid, scope))
+            if cards:
+                self._upsert(c, cards, session_id, pinned, now, scope)
+            c.execute("UPDATE damc_sessions SET n_messages = %s, pending = %s WHERE user_id = %s AND agent_id = %s "
+                      "AND session_id = %s", (new_state["n_messages"], json.dumps(new_state["pending"])) + key)
+            return result
+
+    def _get_in_tx(self, c: Any, card_id: str, scope: Scope) -> Card | None:
+        where, args = _scope_sql(scope)
+        row = c.execute(f"SELECT data FROM damc_cards WHERE {where} AND card_id = %s", args + (card_id,)).fetchone()
+        return Card.from_dict(json.loads(row[0])) if row else None
+
+    def session_state(self, session_id: str, scope: Scope = DEFAULT_SCOPE) -> dict[str, Any]:
+        where, args = _scope_sql(scope)
+        rows = self._query(f"SELECT n_messages, pending FROM damc_sessions WHERE {where} AND session_id = %s",
+                           args + (session_id,))
+        return {"n_messages": rows[0][0], "pending": json.loads(rows[0][1])} if rows else \
+            {"n_messages": 0, "pending": {}}
+
+    def set_tier(self, card_ids: Sequence[str], tier: str, now: float | None = None, *,
+                 scope: Scope = DEFAULT_SCOPE) -> int:
+        """Move a scope's cards to `hot` or `cold` in one transaction; returns how many changed."""
+        if tier not in ("hot", "cold"):
+            raise ValueError(f"tier must be 'hot' or 'cold', got {tier!r}")
+        if not card_ids:
+            return 0
+        now = time.time() if now is None else now
+        where, args = _scope_sql(scope)
+        with self.transaction() as c:
+            return c.execute(f"UPDATE damc_cards SET tier = %s, seq = nextval('damc_seq'), archived_at = %s WHERE "
+                             f"{where} AND card_id = ANY(%s) AND tier != %s",
+                             (tier, now if tier == "cold" else None) + args + (list(card_ids), tier)).rowcount
+
+    def record_values(self, values: dict[str, float], scope: Scope = DEFAULT_SCOPE) -> None:
+        """Remember the latest and maximum value each card got (for `archive`); does not bump `seq`."""
+        if not values:
+            return
+        where, args = _scope_sql(scope)
+        with self.transaction() as c, c.cursor() as cur:
+            cur.executemany(f"UPDATE damc_cards SET value_last = %s, value_max = greatest(coalesce(value_max, %s), %s), "
+                            f"value_n = value_n + 1 WHERE {where} AND card_id = %s",
+                            [(float(v), float(v), float(v)) + args + (k,) for k, v in values.items()])
+
+    def save_context(self, session_id: str, data: dict[str, Any], scope: Scope = DEFAULT_SCOPE) -> None:
+        """Keep the last built context of a session."""
+        with self.transaction() as c:
+            c.execute("INSERT INTO damc_contexts VALUES (%s, %s, %s, %s, %s) ON CONFLICT (user_id, agent_id, "
+                      "session_id) DO UPDATE SET created = excluded.created, data = excluded.data",
+                      (scope.user_id, scope.agent_key, session_id, time.time(), json.dumps(data, ensure_ascii=False)))
+
+    def last_context(self, session_id: str | None = None, scope: Scope = DEFAULT_SCOPE) -> dict[str, Any] | None:
+        """The last saved context of a scope's session (the scope's most recent one when None)."""
+        where, args = _scope_sql(scope)
+        if session_id is None:
+            rows = self._query(f"SELECT data FROM damc_contexts WHERE {where} ORDER BY created DESC LIMIT 1", args)
+        else:
+            rows = self._query(f"SELECT data FROM damc_contexts WHERE {where} AND session_id = %s",
+                               args + (session_id,))
+        return json.loads(rows[0][0]) if rows else None
+
+    # ------------------------------------------------------------------ reads
+
+    @staticmethod
+    def _stored(row: tuple) -> StoredCard:
+        return CardStore._stored(row)
+
+    def get(self, card_id: str, scope: Scope = DEFAULT_SCOPE) -> Card | None:
+        """The scope's card with this id (any tier), exactly as written; None when the scope has none."""
+        sc = self.get_stored(card_id, scope)
+        return sc.card if sc else None
+
+    def get_stored(self, card_id: str, scope: Scope = DEFAULT_SCOPE) -> StoredCard | None:
+        where, args = _scope_sql(scope)
+        rows = self._query(f"SELECT {self._COLS} FROM damc_cards WHERE {where} AND card_id = %s", args + (card_id,))
+        return self._stored(rows[0]) if rows else None
+
+    def holds_elsewhere(self, card_id: str, scope: Scope) -> bool:
+        """Whether a card with this id exists in some *other* scope (for `expand`'s PermissionError)."""
+        return bool(self._query("SELECT 1 FROM damc_cards WHERE card_id = %s AND NOT (user_id = %s AND agent_id = %s) "
+                                "LIMIT 1", (card_id, scope.user_id, scope.agent_key)))
+
+    def rows_for(self, card_ids: Sequence[str], scope: Scope = DEFAULT_SCOPE) -> dict[str, tuple[int, int]]:
+        """`card_id -> (rowid, seq)` for the ids the scope holds (any tier)."""
+        where, args = _scope_sql(scope)
+        return {cid: (r, s) for cid, r, s in self._query(
+            f"SELECT card_id, rowid, seq FROM damc_cards WHERE {where} AND card_id = ANY(%s)",
+            args + (list(dict.fromkeys(card_ids)),))}
+
+    def by_rowids(self, rowids: Sequence[int], scope: Scope | None) -> list[StoredCard]:
+        """Cards for these rowids, in the given order; other scopes' rows and unknown rowids are skipped
+        (`scope=None`: any scope, index maintenance only)."""
+        if not len(rowids):
+            return []
+        where, args = _scope_sql(scope) if scope is not None else ("TRUE", ())
+        got = {row[1]: self._stored(row) for row in self._query(
+            f"SELECT {self._COLS} FROM damc_cards WHERE {where} AND rowid = ANY(%s)",
+            args + ([int(r) for r in rowids],))}
+        return [got[int(r)] for r in rowids if int(r) in got]
+
+    def _scoped(self, cond: str, args: tuple, scope: Scope, session_id: str | None, tail: str) -> list[StoredCard]:
+        where, sargs = _scope_sql(scope)
+        if session_id is not None:
+            where, sargs = where + " AND session_id = %s", sargs + (session_id,)
+        return [self._stored(r) for r in self._query(
+            f"SELECT {self._COLS} FROM damc_cards WHERE {where} AND {cond} {tail}", sargs + args)]
+
+    def recent(self, n: int, tier: str = "hot", *, scope: Scope = DEFAULT_SCOPE,
+               session_id: str | None = None) -> list[StoredCard]:
+        """The `n` most recently inserted cards of a tier in a scope (one session of it when given), newest first."""
+        return self._scoped("tier = %s", (tier, n), scope, session_id, "ORDER BY rowid DESC LIMIT %s")
+
+    def pinned(self, n: int, *, scope: Scope = DEFAULT_SCOPE, session_id: str | None = None) -> list[StoredCard]:
+        """The `n` most recent pinned hot cards of a scope (one session of it when given), newest first."""
+        return self._scoped("pinned AND tier = 'hot'", (n,), scope, session_id, "ORDER BY rowid DESC LIMIT %s")
+
+    def session_cards(self, session_id: str, tier: str | None = None, *,
+                      scope: Scope = DEFAULT_SCOPE) -> list[StoredCard]:
+        """A session's cards in message order."""
+        return self._scoped("tier = %s" if tier else "TRUE", (tier,) if tier else (), scope, session_id,
+                            "ORDER BY position, rowid")
+
+    def all_cards(self, tier: str | None = "hot", scope: Scope | None = None) -> list[StoredCard]:
+        """Every card of a tier (None: all) of a scope (None: every scope — audits and tests, not retrieval)."""
+        conds, args = ["TRUE"], ()
+        if scope is not None:
+            w, args = _scope_sql(scope)
+            conds.append(w)
+        if tier:
+            conds.append("tier = %s")
+            args = args + (tier,)
+        return [self._stored(r) for r in self._query(
+            f"SELECT {self._COLS} FROM damc_cards WHERE {' AND '.join(conds)} ORDER BY rowid", args)]
+
+    def stamp(self) -> dict[str, int]:
+        """Hot card count, max rowid and the change counter (the last `seq` handed out)."""
+        n, mx = self._query("SELECT count(*), coalesce(max(rowid), 0) FROM damc_cards WHERE tier = 'hot'")[0]
+        seq = self._query("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM damc_seq")[0][0]
+        return {"count": int(n), "max_rowid": int(mx), "seq": int(seq)}
+
+    def sum_tokens(self, session_id: str, before_position: int, scope: Scope = DEFAULT_SCOPE) -> int:
+        """Total `n_tokens` of a session's cards that start before a message index (any tier)."""
+        where, args = _scope_sql(scope)
+        return int(self._query(f"SELECT coalesce(sum(n_tokens), 0) FROM damc_cards WHERE {where} AND session_id = %s "
+                               "AND position < %s", args + (session_id, before_position))[0][0])
+
+    def lifecycle_rows(self, tier: str = "hot", scope: Scope = DEFAULT_SCOPE
+                       ) -> list[tuple[str, float, float | None, bool]]:
+        """`(card_id, t, value_max, pinned)` of a scope's cards, for lifecycle decisions."""
+        where, args = _scope_sql(scope)
+        return [(r[0], r[1], r[2], bool(r[3])) for r in self._query(
+            f"SELECT card_id, t, value_max, pinned FROM damc_cards WHERE {where} AND tier = %s", args + (tier,))]
+
+    def count(self, tier: str | None = None, scope: Scope | None = None) -> int:
+        """Cards of a tier (None: all) in a scope (None: the whole store)."""
+        conds, args = ["TRUE"], ()
+        if scope is not None:
+            w, args = _scope_sql(scope)
+            conds.append(w)
+        if tier is not None:
+            conds.append("tier = %s")
+            args = args + (tier,)
+        return int(self._query("SELECT count(*) FROM damc_cards WHERE " + " AND ".join(conds), args)[0][0])
+
+    def integrity_check(self) -> str:
+        """"ok" when every row's JSON parses into a card with the row's id (an audit that reads every card)."""
+        bad = [rowid for rowid, cid, data in self._query("SELECT rowid, card_id, data FROM damc_cards")
+               if json.loads(data).get("card_id") != cid]
+        return "ok" if not bad else f"{len(bad)} rows whose data does not match their card_id (rowids {bad[:5]})"
+
+
+class PgCardIndex(CardIndex):
+    """The vector index of a `PgCardStore`: embeddings in the cards table, searched by pgvector (HNSW or exact).
+
+    Encoding, the query-vector cache and `card_vectors` are `CardIndex`'s (one encoder path for both backends);
+    what FAISS kept in a file lives in the database, so there is nothing to load, save or rebuild on open.
+
+    Args:
+        store: the `PgCardStore`.
+        encoder / encoder_name / encoder_backend / scorer_dir: as `CardIndex`.
+
+    Raises (on first use):
+        StoreError: the database's vectors come from another encoder or dimension (`rebuild` re-embeds them all).
+    """
+
+    def __init__(self, store: PgCardStore, encoder: str | Any = "minilm-l6", *, encoder_name: str | None = None,
+                 encoder_backend: str = "auto", scorer_dir: Any = None):
+        super().__init__(store, encoder, None, None, encoder_name=encoder_name, encoder_backend=encoder_backend,
+                         scorer_dir=scorer_dir)
+        self.store: PgCardStore = store
+        self._ready = False
+
+    # ------------------------------------------------------------------ layout
+
+    def _ensure_vectors(self, replace: bool = False) -> None:
+        """Add the `embedding vector(dim)` column and its HNSW index if missing, or check they match this encoder
+        (`replace`: switch the database to this encoder, emptying every stored vector)."""
+        if self._ready and not replace:
+            return
+        dim = self._ensure_dim()
+        cfg = self.store.config
+        with self.store.transaction(vectors=False) as c:
+            c.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+            meta = dict(c.execute("SELECT key, value FROM damc_meta WHERE key IN ('dim', 'model')").fetchall())
+            if meta and not replace:
+                if int(meta["dim"]) != dim or meta["model"] != self.model_name:
+                    raise StoreError(
+                        f"{self.store.where} holds vectors of encoder {meta['model']!r} ({meta['dim']} dims); this "
+                        f"memory's encoder is {self.model_name!r} ({dim} dims). Open it with the same encoder, or "
+                        "switch every worker at once and call `memory.index.rebuild()` to re-embed all cards")
+            else:
+                if meta:   # replace: drop the old column (and its index) so the dimension may change
+                    c.execute("DROP INDEX IF EXISTS damc_cards_hnsw")
+                    c.execute("ALTER TABLE damc_cards DROP COLUMN IF EXISTS embedding")
+                    c.execute("UPDATE damc_cards SET emb_seq = NULL, emb_model = NULL")
+                c.execute(f"ALTER TABLE damc_cards ADD COLUMN IF NOT EXISTS embedding vector({int(dim)})")
+                c.execute(f"CREATE INDEX IF NOT EXISTS damc_cards_hnsw ON damc_cards USING hnsw (embedding "
+                          f"vector_ip_ops) WITH (m = {int(cfg.hnsw_m)}, ef_construction = "
+                          f"{int(cfg.hnsw_ef_construction)}) WHERE tier = 'hot'")
+                for k, v in (("dim", str(dim)), ("model", self.model_name)):
+                    c.execute("INSERT INTO damc_meta VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = "
+                              "excluded.value", (k, v))
+        self.store.dim = dim
+        self._ready = True
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def load(self) -> bool:
+        """Nothing to load: the vectors live in the database."""
+        self.last_rebuild_reason = None
+        return True
+
+    def save(self, force: bool = False) -> bool:
+        """Nothing to save: every vector is written by `sync` in its own transaction."""
+        return False
+
+    def rebuild(self, reason: str = "requested") -> None:
+        """Switch the database to this index's encoder and re-embed every hot card (all workers at once)."""
+        logger.info("re-embedding every card of %s (%s)", self.store.where, reason)
+        self.last_rebuild_reason = reason
+        self._ensure_vectors(replace=True)
+        self.sync()
+
+    def sync(self) -> int:
+        """Embed hot cards whose vector is missing or older than the card; returns how many were embedded.
+
+        Rows are claimed `FOR UPDATE SKIP LOCKED`, `embed_batch` per transaction, so workers syncing at once
+        share the work instead of repeating it.
+        """
+        from damc.query import card_document
+
+        self._ensure_vectors()
+        n = 0
+        while True:
+            with self.store.transaction() as c:
+                rows = c.execute("SELECT rowid, seq, data FROM damc_cards WHERE tier = 'hot' AND emb_seq IS DISTINCT "
+                                 "FROM seq ORDER BY rowid LIMIT %s FOR UPDATE SKIP LOCKED",
+                                 (self.store.config.embed_batch,)).fetchall()
+                if not rows:
+                    return n
+                vecs = self.encode([card_document(Card.from_dict(json.loads(d))) for _, _, d in rows])
+                with c.cursor() as cur:
+                    cur.executemany("UPDATE damc_cards SET embedding = %s, emb_seq = %s, emb_model = %s WHERE rowid = %s",
+                                    [(vecs[i], s, self.model_name, r) for i, (r, s, _) in enumerate(rows)])
+            n += len(rows)
+
+    def _vectors_for(self, rows: Sequence[tuple[int, int]]) -> np.ndarray:
+        """Embeddings for `(rowid, seq)` rows: stored where current, encoded (and stored) otherwise."""
+        from damc.query import card_document
+
+        if not rows:
+            return np.zeros((0, self.dim or 0), dtype=np.float32)
+        self._ensure_vectors()
+        want = dict(rows)
+        got: dict[int, np.ndarray] = {}
+        stale: dict[int, tuple[int, str]] = {}
+        for r, s, es, vec, data in self.store._query(
+                "SELECT rowid, seq, emb_seq, embedding, data FROM damc_cards WHERE rowid = ANY(%s)", (list(want),)):
+            if vec is not None and es == s == want[r]:
+                got[r] = np.asarray(vec, dtype=np.float32)
+            else:
+                stale[r] = (s, data)
+        if stale:
+            ids = list(stale)
+            vecs = self.encode([card_document(Card.from_dict(json.loads(stale[r][1]))) for r in ids])
+            with self.store.transaction() as c, c.cursor() as cur:
+                cur.executemany("UPDATE damc_cards SET embedding = %s, emb_seq = seq, emb_model = %s WHERE rowid = %s "
+                                "AND seq = %s", [(vecs[i], self.model_name, r, stale[r][0]) for i, r in enumerate(ids)])
+            got.update({r: vecs[i] for i, r in enumerate(ids)})
+        return np.stack([got[r] for r, _ in rows if r in got]).astype(np.float32)
+
+    @property
+    def ntotal(self) -> int:
+        """Hot cards with a vector."""
+        if not self._ready:
+            self._ensure_vectors()
+        return int(self.store._query("SELECT count(*) FROM damc_cards WHERE tier = 'hot' AND embedding IS NOT NULL")
+                   [0][0])
+
+    # ------------------------------------------------------------------ search
+
+    def search(self, query_vec: np.ndarray, k: int, scope: Scope | None = DEFAULT_SCOPE,
+               session_id: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k rowids and cosine similarities among the hot cards of `scope` (and of its session `session_id`
+        when given), filtered in the same statement as the vector order; exact for scopes of at most
+        `exact_max` cards, HNSW above (exact again if the filtered HNSW scan comes back short).
+        `scope=None` searches every card: maintenance only."""
+        empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32))
+        if k <= 0:
+            return empty
+        self._ensure_vectors()
+        cfg = self.store.config
+        q = np.ascontiguousarray(query_vec, dtype=np.float32).reshape(-1)
+        conds, args = ["tier = 'hot'", "embedding IS NOT NULL"], ()
+        if scope is not None:
+            w, args = _scope_sql(scope)
+            conds.append(w)
+        if session_id is not None:
+            conds.append("session_id = %s")
+            args = args + (session_id,)
+        where = " AND ".join(conds)
+        # `+ 0` hides the distance from the HNSW index, so the planner reads the scope's rows through its b-tree
+        exact = (f"SELECT rowid, -(embedding <#> %s) FROM damc_cards WHERE {where} "
+                 f"ORDER BY (embedding <#> %s) + 0 LIMIT %s")
+        with self.store.transaction() as c:
+            n = c.execute(f"SELECT count(*) FROM (SELECT 1 FROM damc_cards WHERE {where} LIMIT %s) s",
+                          args + (cfg.exact_max + 1,)).fetchone()[0]
+            if n == 0:
+                return empty
+            if n <= cfg.exact_max:
+                rows = c.execute(exact, (q,) + args + (q, k)).fetchall()
+            else:
+                ef = min(MAX_EF_SEARCH, max(cfg.ef_search, k))
+                c.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef),))
+                if _version(self.store.pgvector_version) >= (0, 8):
+                    c.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', true)")
+                rows = c.execute(f"SELECT rowid, -(embedding <#> %s) FROM damc_cards WHERE {where} "
+                                 f"ORDER BY embedding <#> %s LIMIT %s", (q,) + args + (q, k)).fetchall()
+                if len(rows) < k:   # the filter starved the HNSW candidate list: never return a short list
+                    rows = c.execute(exact, (q,) + args + (q, k)).fetchall()
+        return (np.array([r[0] for r in rows], dtype=np.int64), np.array([r[1] for r in rows], dtype=np.float32))
+
+    def explain_search(self, query_vec: np.ndarray, k: int, scope: Scope) -> str:
+        """The server's plan for the exact and the HNSW form of a scoped search (for docs and debugging)."""
+        q = np.ascontiguousarray(query_vec, dtype=np.float32).reshape(-1)
+        w, args = _scope_sql(scope)
+        out = []
+        with self.store.transaction() as c:
+            for order in ("(embedding <#> %s) + 0", "embedding <#> %s"):
+                plan = c.execute(f"EXPLAIN SELECT rowid FROM damc_cards WHERE tier = 'hot' AND embedding IS NOT NULL "
+                                 f"AND {w} ORDER BY {order} LIMIT %s", args + (q, k)).fetchall()
+                out.append("\n".join(r[0] for r in plan))
+        return "\n\n".join(out)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """`"0.6.2"` -> `(0, 6, 2)` (non-numeric parts count as 0)."""
+    return tuple(int(p) if p.isdigit() else 0 for p in str(text).split("."))
+
+
+__all__ = ["PgCardStore", "PgCardIndex", "PgConfig", "StoreConnectionError", "PG_SCHEMA_VERSION"]

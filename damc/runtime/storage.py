@@ -1,0 +1,186 @@
+"""What `DecisionAwareMemory` needs from storage, and which implementation a path or URL opens.
+
+Storage is two objects, a card store and a vector index over its hot cards; the memory, the lifecycle
+(`damc.runtime.lifecycle`) and the valuers call only the methods named in `CardStorage` and `VectorIndex`
+below. Two implementations exist:
+
+* **embedded** (default): `CardStore` (one SQLite file, WAL) + `CardIndex` (FAISS, persisted beside it, a cache
+  of the store) — `DecisionAwareMemory("memory_dir")`, one machine, any number of processes on it;
+* **server**: `PgCardStore` + `PgCardIndex` (`damc.runtime.pgstore`: PostgreSQL + pgvector, the vectors in the
+  cards table under an HNSW index, scope and session filters in the same SQL as the vector search) —
+  `DecisionAwareMemory("postgresql://user@host/db")` or a `psycopg_pool.ConnectionPool`: a fleet of workers on
+  one database. Needs `pip install 'damc[postgres]'`; psycopg is imported only when such a memory is opened.
+
+`open_storage(path, encoder, ...)` picks one from its argument: a `postgresql://` / `postgres://` URL or a pool
+opens the server backend, anything else (None, a directory, a `.db` file) the embedded one.
+
+Example:
+    >>> store, index = open_storage("runs/mem", "minilm-l6")            # SQLite + FAISS
+    >>> store, index = open_storage("postgresql://damc@db.internal/agents", "minilm-l6")   # PostgreSQL
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from damc.cards import Card
+from damc.runtime.scope import Scope
+
+URL_PREFIXES = ("postgresql://", "postgres://")
+
+
+@runtime_checkable
+class CardStorage(Protocol):
+    """The card store as the runtime uses it (cards, scopes, sessions, values, tiers, saved contexts).
+
+    Every read that serves retrieval takes a `Scope` and never returns another scope's rows; `scope=None` (where
+    allowed) is for index maintenance and audits. Every write is one transaction: all of it or none of it.
+    Rows are `damc.runtime.store.StoredCard`.
+    """
+
+    def ingest(self, session_id: str, fn: Callable[..., Any], *, scope: Scope = ...) -> Any:
+        """Run `fn(state, get_card) -> (cards, pinned, new_state, result)` in one write transaction with the
+        session's state locked; upsert the cards and save the state with them; return `result`."""
+
+    def session_state(self, session_id: str, scope: Scope = ...) -> dict[str, Any]: ...
+
+    def add_cards(self, cards: Sequence[Card], session_id: str | None = None,
+                  pinned: Sequence[bool] | None = None, *, scope: Scope = ...) -> list[int]: ...
+
+    def set_tier(self, card_ids: Sequence[str], tier: str, now: float | None = None, *, scope: Scope = ...) -> int: ...
+
+    def record_values(self, values: dict[str, float], scope: Scope = ...) -> None: ...
+
+    def save_context(self, session_id: str, data: dict[str, Any], scope: Scope = ...) -> None: ...
+
+    def last_context(self, session_id: str | None = None, scope: Scope = ...) -> dict[str, Any] | None: ...
+
+    def get(self, card_id: str, scope: Scope = ...) -> Card | None: ...
+
+    def get_stored(self, card_id: str, scope: Scope = ...) -> Any: ...
+
+    def holds_elsewhere(self, card_id: str, scope: Scope) -> bool: ...
+
+    def rows_for(self, card_ids: Sequence[str], scope: Scope = ...) -> dict[str, tuple[int, int]]: ...
+
+    def by_rowids(self, rowids: Sequence[int], scope: Scope | None) -> list[Any]: ...
+
+    def recent(self, n: int, tier: str = "hot", *, scope: Scope = ..., session_id: str | None = None) -> list[Any]: ...
+
+    def pinned(self, n: int, *, scope: Scope = ..., session_id: str | None = None) -> list[Any]: ...
+
+    def session_cards(self, session_id: str, tier: str | None = None, *, scope: Scope = ...) -> list[Any]: ...
+
+    def all_cards(self, tier: str | None = "hot", scope: Scope | None = None) -> list[Any]: ...
+
+    def lifecycle_rows(self, tier: str = "hot", scope: Scope = ...) -> list[tuple[str, float, float | None, bool]]: ...
+
+    def count(self, tier: str | None = None, scope: Scope | None = None) -> int: ...
+
+    def stamp(self) -> dict[str, int]: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class VectorIndex(Protocol):
+    """Candidate search by vector with a scope (and session) filter, over a `CardStorage`'s hot cards.
+
+    The vectors come from the index's sentence encoder (`damc.runtime.encoder`); `search` returns store rowids
+    and cosine similarities of the scope's cards only, best first.
+    """
+
+    model_name: str
+
+    def sync(self) -> int:
+        """Embed what the store changed since the last call; returns the rows applied."""
+
+    def search(self, query_vec: np.ndarray, k: int, scope: Scope | None = ...,
+               session_id: str | None = None) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def search_text(self, text: str, k: int, scope: Scope | None = ...,
+                    session_id: str | None = None) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def query_vector(self, text: str) -> np.ndarray: ...
+
+    def card_vectors(self, card_ids: Sequence[str], scope: Scope = ...) -> np.ndarray: ...
+
+    def vectors_for(self, rows: Sequence[tuple[int, int]]) -> np.ndarray:
+        """Unit embeddings of `(rowid, seq)` rows (lifecycle's merge), `(n, dim)`."""
+
+    @property
+    def ntotal(self) -> int: ...
+
+    def save(self, force: bool = False) -> bool: ...
+
+
+def is_server_url(path: Any) -> bool:
+    """Whether `path` names a PostgreSQL server (a URL or a `psycopg_pool` pool) rather than a local path."""
+    if isinstance(path, str):
+        return path.startswith(URL_PREFIXES)
+    return type(path).__module__.startswith("psycopg_pool")
+
+
+def embedded_paths(path: str | os.PathLike | None) -> tuple[str, str | None]:
+    """The SQLite file and FAISS file of an embedded memory: None → in memory; a `.db` file → the FAISS file beside
+    it; a directory (created) → `cards.db` and `cards.faiss` inside."""
+    if path is None:
+        return ":memory:", None
+    p = Path(path)
+    if p.suffix in (".db", ".sqlite", ".sqlite3"):
+        return str(p), str(p.with_suffix(".faiss"))
+    p.mkdir(parents=True, exist_ok=True)
+    return str(p / "cards.db"), str(p / "cards.faiss")
+
+
+def open_storage(path: Any, encoder: str | Any = "minilm-l6", *, store_config: Any = None,
+                 index_config: Any = None, encoder_backend: str = "auto",
+                 scorer_dir: str | os.PathLike | None = None) -> tuple[CardStorage, VectorIndex]:
+    """The store and index for `path` (see module docstring).
+
+    Args:
+        path: None, a directory, a `.db` file, a `postgresql://` URL or a `psycopg_pool.ConnectionPool`.
+        encoder: the sentence encoder of the index (registry name, path or object; `damc.runtime.encoder`).
+        store_config: `StoreConfig` (SQLite) or `PgConfig` (PostgreSQL); None: the defaults.
+        index_config: `IndexConfig` (FAISS; ignored by the server backend, whose index lives in the database).
+        encoder_backend / scorer_dir: how a named encoder runs (`damc.runtime.encoder.choose_encoder`).
+
+    Raises:
+        MissingExtraError: a server URL without the `[postgres]` extra installed.
+    """
+    if is_server_url(path):
+        from damc.runtime.pgstore import PgCardIndex, PgCardStore
+
+        store = PgCardStore(path, store_config)
+        return store, PgCardIndex(store, encoder, encoder_backend=encoder_backend, scorer_dir=scorer_dir)
+    from damc.runtime.index import CardIndex
+    from damc.runtime.store import CardStore
+
+    db, faiss_path = embedded_paths(path)
+    store = CardStore(db, store_config)
+    return store, CardIndex(store, encoder, faiss_path, index_config, encoder_backend=encoder_backend,
+                            scorer_dir=scorer_dir)
+
+
+def open_store(path: Any, store_config: Any = None) -> CardStorage:
+    """Only the card store behind `path` (audits, `explain_store`, the load test's read-back): a memory directory,
+    a `.db` file, a server URL or a pool. Never creates an embedded store that does not exist.
+
+    Raises:
+        FileNotFoundError: a local path without a store.
+    """
+    if is_server_url(path):
+        from damc.runtime.pgstore import PgCardStore
+
+        return PgCardStore(path, store_config)
+    from damc.runtime.store import CardStore
+
+    p = Path(path)
+    db = p if p.suffix in (".db", ".sqlite", ".sqlite3") else p / "cards.db"
+    if not db.exists():
+        raise FileNotFoundError(f"no DAMC store at {db}")
+    return CardStore(db, store_config)
