@@ -633,7 +633,7 @@ class PgCardIndex(CardIndex):
         for r, s, es, vec, data in self.store._query(
                 "SELECT rowid, seq, emb_seq, embedding, data FROM damc_cards WHERE rowid = ANY(%s)", (list(want),)):
             if vec is not None and es == s == want[r]:
-                got[r] = np.asarray(vec, dtype=np.float32)
+                got[r] = np.asarray(vec.to_numpy() if hasattr(vec, "to_numpy") else vec, dtype=np.float32)
             else:
                 stale[r] = (s, data)
         if stale:
