@@ -195,6 +195,7 @@ class PgCardStore:
             from psycopg_pool import ConnectionPool
         self.config = cfg = config or PgConfig()
         self._registered: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self.url = conn   # what opened it (the URL with its password, or the pool): to open the same store again
         if isinstance(conn, str):
             self.where = _redact(conn)
             kwargs = {"connect_timeout": max(1, int(cfg.connect_timeout_s))}
