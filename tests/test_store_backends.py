@@ -327,8 +327,8 @@ def test_pg_encoder_mismatch_is_refused_until_rebuild(pg_url):
 
 def test_pg_scoped_search_never_starves_a_small_scope(pg_url):
     """A 5-card scope and a 60-card scope beside a 3,000-card one: the scope filter sits in the vector query, so
-    each gets its own k nearest (exactly the brute-force answer), through the exact path and through HNSW with
-    the exact fallback (exact_max=0 forces HNSW)."""
+    each gets its own k nearest (exactly the brute-force answer for the small ones), with the default path choice
+    and with exact_max=0 (the path then follows the scope's share of the table: HNSW for the big scope)."""
     from damc.runtime.pgstore import PgCardIndex, PgCardStore, PgConfig
 
     rng = np.random.default_rng(0)

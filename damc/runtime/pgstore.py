@@ -24,11 +24,13 @@ Guarantees (the same as the embedded store's):
 * **created idempotently** — every worker runs `CREATE ... IF NOT EXISTS` under a transaction-level advisory
   lock; the schema version is recorded in `damc_meta`, a newer one is refused;
 * **scopes inside the vector query** — `PgCardIndex.search` filters scope, session and tier in the `WHERE` of
-  the same statement that orders by distance. A scope or session with at most `PgConfig.exact_max` embedded
-  cards is searched exactly (its rows through the scope b-tree, distances computed for each — no HNSW, so no
-  candidate list to starve); a bigger one through HNSW (`hnsw.ef_search` = `PgConfig.ef_search`, and
-  `hnsw.iterative_scan = strict_order` where pgvector ≥ 0.8 offers it), falling back to the exact scan whenever
-  the filtered HNSW scan returns fewer than `k` rows of a scope that holds more;
+  the same statement that orders by distance. A scope or session with at most `PgConfig.exact_max` cards is
+  searched exactly (its rows through the scope b-tree, a distance for each — no HNSW candidate list to starve);
+  a bigger one through HNSW with `hnsw.ef_search` raised by how small a share of the table the scope is (about
+  2k · table / scope, at least `PgConfig.ef_search`, at most 1000), and `hnsw.iterative_scan = strict_order`
+  where pgvector ≥ 0.8 offers it. Without iterative scans (pgvector < 0.8, as bundled by pgserver 0.1.4) a
+  scope too small a share of the table for 1000 candidates to hold k of its cards is searched exactly, and any
+  filtered HNSW scan that returns fewer than k rows is redone exactly: a short list is never returned;
 * **connection loss is an error, not a hang** — a call interrupted by a server restart or a dropped connection
   raises `StoreConnectionError` (its transaction rolled back or, if the connection died during COMMIT, of unknown
   outcome: `ingest` is safe to retry, it resumes from the stored message count); the pool checks connections
@@ -50,6 +52,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 import weakref
 from contextlib import contextmanager
@@ -69,6 +72,7 @@ logger = logging.getLogger(__name__)
 PG_SCHEMA_VERSION = 1   # 1: cards / sessions / contexts / meta, the vector column added by the index
 LOCK_KEY = 0x44414D43   # pg_advisory_xact_lock key ("DAMC") held while creating or changing the layout
 MAX_EF_SEARCH = 1000    # pgvector's upper bound for hnsw.ef_search
+COUNT_CAP = 1_000_000   # a search counts the scope's cards up to this many (index-only) to pick its path
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS damc_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -96,7 +100,7 @@ CREATE TABLE IF NOT EXISTS damc_cards (
     UNIQUE (user_id, agent_id, card_id)
 );
 CREATE INDEX IF NOT EXISTS damc_cards_scope_tier ON damc_cards (user_id, agent_id, tier, rowid);
-CREATE INDEX IF NOT EXISTS damc_cards_scope_session ON damc_cards (user_id, agent_id, session_id, position);
+CREATE INDEX IF NOT EXISTS damc_cards_scope_session ON damc_cards (user_id, agent_id, session_id, tier, position);
 CREATE INDEX IF NOT EXISTS damc_cards_scope_pinned ON damc_cards (user_id, agent_id, rowid) WHERE pinned AND tier = 'hot';
 CREATE INDEX IF NOT EXISTS damc_cards_unembedded ON damc_cards (rowid) WHERE tier = 'hot' AND emb_seq IS DISTINCT FROM seq;
 CREATE TABLE IF NOT EXISTS damc_sessions (
@@ -136,8 +140,10 @@ class PgConfig:
         statement_timeout_ms: a statement running longer is cancelled by the server (ms; 0: no limit).
         hnsw_m: HNSW links per node (pgvector's `m`), used when the index is created.
         hnsw_ef_construction: HNSW build candidate list (pgvector's `ef_construction`), used at creation.
-        ef_search: HNSW candidates per search (`hnsw.ef_search`; recall vs. latency; ≤ 1000).
-        exact_max: a scope (or session) with at most this many embedded hot cards is searched exactly.
+        ef_search: least HNSW candidates per search (`hnsw.ef_search`, raised for a scope that is a small share
+            of the table; ≤ 1000; recall vs. latency).
+        exact_max: a scope (or session) with at most this many hot cards is searched exactly (its rows through the
+            scope b-tree; cost grows with the scope, not the table).
         embed_batch: cards `sync` encodes and writes per transaction.
         check_connection: test a pooled connection before each use (one round trip; survives server restarts).
     """
@@ -149,7 +155,7 @@ class PgConfig:
     hnsw_m: int = 16
     hnsw_ef_construction: int = 64
     ef_search: int = 100
-    exact_max: int = 20_000
+    exact_max: int = 2_000
     embed_batch: int = 256
     check_connection: bool = True
 
@@ -222,8 +228,9 @@ class PgCardStore:
     # ------------------------------------------------------------------ plumbing
 
     @contextmanager
-    def transaction(self, *, vectors: bool = True) -> Iterator[Any]:
+    def transaction(self, *, vectors: bool = True, read_only: bool = False) -> Iterator[Any]:
         """One transaction on a pooled connection: committed when the block ends, rolled back on any exception.
+        `read_only`: no transaction at all (autocommit: each statement alone, two round trips fewer) — for reads.
 
         Raises:
             StoreConnectionError: no connection within `connect_timeout_s`, or the connection dropped (server
@@ -239,8 +246,16 @@ class PgCardStore:
 
                     register_vector(conn)   # numpy arrays <-> vector, binary; once per connection
                     self._registered.add(conn)
-                with conn.transaction():
-                    yield conn
+                if read_only:
+                    conn.autocommit = True
+                    try:
+                        yield conn
+                    finally:
+                        if not conn.closed:
+                            conn.autocommit = False
+                else:
+                    with conn.transaction():
+                        yield conn
         except PoolTimeout as e:
             raise StoreConnectionError(f"no PostgreSQL connection to {self.where} within "
                                        f"{self.config.connect_timeout_s} s: {e}") from e
@@ -250,7 +265,8 @@ class PgCardStore:
                                        "dropped at COMMIT; the next call reconnects") from e
 
     def _query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple]:
-        with self.transaction() as c:
+        """One read statement's rows (autocommit: no BEGIN / COMMIT round trips)."""
+        with self.transaction(read_only=True) as c:
             return c.execute(sql, args).fetchall()
 
     def _open_schema(self) -> None:
@@ -659,8 +675,8 @@ class PgCardIndex(CardIndex):
     def search(self, query_vec: np.ndarray, k: int, scope: Scope | None = DEFAULT_SCOPE,
                session_id: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-k rowids and cosine similarities among the hot cards of `scope` (and of its session `session_id`
-        when given), filtered in the same statement as the vector order; exact for scopes of at most
-        `exact_max` cards, HNSW above (exact again if the filtered HNSW scan comes back short).
+        when given), filtered in the same statement as the vector order; exact for small scopes, HNSW for big ones
+        (exact again if the filtered HNSW scan comes back short; see module docstring).
         `scope=None` searches every card: maintenance only."""
         empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32))
         if k <= 0:
@@ -679,20 +695,29 @@ class PgCardIndex(CardIndex):
         # `+ 0` hides the distance from the HNSW index, so the planner reads the scope's rows through its b-tree
         exact = (f"SELECT rowid, -(embedding <#> %s) FROM damc_cards WHERE {where} "
                  f"ORDER BY (embedding <#> %s) + 0 LIMIT %s")
-        with self.store.transaction() as c:
-            n = c.execute(f"SELECT count(*) FROM (SELECT 1 FROM damc_cards WHERE {where} LIMIT %s) s",
-                          args + (cfg.exact_max + 1,)).fetchone()[0]
+        # the scope's size (its hot cards, counted on the scope b-tree up to a cap) and the table's (planner estimate)
+        count_where = " AND ".join(c for c in conds if c != "embedding IS NOT NULL")
+        with self.store.transaction(read_only=True) as c:
+            n, total = c.execute(
+                f"SELECT (SELECT count(*) FROM (SELECT 1 FROM damc_cards WHERE {count_where} LIMIT %s) s), "
+                "(SELECT reltuples::bigint FROM pg_class WHERE oid = 'damc_cards'::regclass)",
+                args + (COUNT_CAP,)).fetchone()
             if n == 0:
                 return empty
-            if n <= cfg.exact_max:
+            total = max(int(n), int(total or 0))
+            iterative = _version(self.store.pgvector_version) >= (0, 8)
+            # a filtered HNSW scan sees about ef · n / total of the scope's cards; without pgvector 0.8's iterative
+            # scans it cannot look further, so a scope too small to fill k from MAX_EF_SEARCH candidates goes exact
+            ef = min(MAX_EF_SEARCH, max(cfg.ef_search, k, math.ceil(2 * k * total / n)))
+            if n <= cfg.exact_max or (not iterative and MAX_EF_SEARCH * n / total < k):
                 rows = c.execute(exact, (q,) + args + (q, k)).fetchall()
             else:
-                ef = min(MAX_EF_SEARCH, max(cfg.ef_search, k))
-                c.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef),))
-                if _version(self.store.pgvector_version) >= (0, 8):
-                    c.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', true)")
-                rows = c.execute(f"SELECT rowid, -(embedding <#> %s) FROM damc_cards WHERE {where} "
-                                 f"ORDER BY embedding <#> %s LIMIT %s", (q,) + args + (q, k)).fetchall()
+                with c.transaction():   # SET LOCAL needs a transaction
+                    c.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef),))
+                    if iterative:
+                        c.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', true)")
+                    rows = c.execute(f"SELECT rowid, -(embedding <#> %s) FROM damc_cards WHERE {where} "
+                                     f"ORDER BY embedding <#> %s LIMIT %s", (q,) + args + (q, k)).fetchall()
                 if len(rows) < k:   # the filter starved the HNSW candidate list: never return a short list
                     rows = c.execute(exact, (q,) + args + (q, k)).fetchall()
         return (np.array([r[0] for r in rows], dtype=np.int64), np.array([r[1] for r in rows], dtype=np.float32))
