@@ -281,7 +281,8 @@ def test_pg_schema_created_once_by_many_processes_and_newer_refused(pg_url):
     schema version is checked on open."""
     import psycopg
 
-    from damc.runtime.pgstore import PG_SCHEMA_VERSION, PgCardStore
+    from damc.runtime.pgschema import PG_SCHEMA_VERSION
+    from damc.runtime.pgstore import PgCardStore
 
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
@@ -329,7 +330,8 @@ def test_pg_scoped_search_never_starves_a_small_scope(pg_url):
     """A 5-card scope and a 60-card scope beside a 3,000-card one: the scope filter sits in the vector query, so
     each gets its own k nearest (exactly the brute-force answer for the small ones), with the default path choice
     and with exact_max=0 (the path then follows the scope's share of the table: HNSW for the big scope)."""
-    from damc.runtime.pgstore import PgCardIndex, PgCardStore, PgConfig
+    from damc.runtime.pgindex import PgCardIndex
+    from damc.runtime.pgstore import PgCardStore
 
     rng = np.random.default_rng(0)
     vocab = [f"w{i}" for i in range(2000)]

@@ -1,47 +1,25 @@
-"""PostgreSQL + pgvector storage: the card store and its vector index for a fleet of workers on one database.
+"""PostgreSQL + pgvector storage: the card store of a fleet of workers on one database.
 
 `DecisionAwareMemory("postgresql://user@host/db")` (or a `psycopg_pool.ConnectionPool`) opens `PgCardStore` +
-`PgCardIndex` instead of SQLite + FAISS (`damc.runtime.storage.open_storage`); both have the method surface of
-`CardStore` / `CardIndex` that the memory, lifecycle and valuers call (`damc.runtime.storage.CardStorage`,
-`VectorIndex`).
-
-Layout (tables prefixed `damc_`, so they can sit in a database that holds other things):
-
-* `damc_cards`: one row per card, the exact card JSON in `data` (text, not jsonb: key order and float text
-  round-trip exactly), indexed scope / session / tier / pinned columns, `seq` from the sequence `damc_seq`
-  (a sequence, not a counter row, so writers never queue on one hot row), and the card's embedding in
-  `embedding vector(dim)` with `emb_seq` / `emb_model` saying which version of the card it encodes. `dim` is the
-  encoder's (384 for all-MiniLM-L6-v2); the column and its HNSW index (`vector_ip_ops`, partial on hot cards)
-  are added by the first `PgCardIndex` that knows the encoder;
-* `damc_sessions` (message count and pending tool calls per scope + session), `damc_contexts` (the last built
-  context per session), `damc_meta` (schema version, vector dimension, encoder name).
+`PgCardIndex` (`damc.runtime.pgindex`) instead of SQLite + FAISS (`damc.runtime.storage.open_storage`); both have
+the method surface of `CardStore` / `CardIndex` that the memory, lifecycle and valuers call
+(`damc.runtime.storage.CardStorage`, `VectorIndex`). The layout and its versions: `damc.runtime.pgschema`.
 
 Guarantees (the same as the embedded store's):
 
 * **one transaction per write call** — `ingest` locks the session row (`SELECT ... FOR UPDATE`), so two workers
   appending to one conversation serialise, and a worker killed mid-call leaves nothing of it (the server rolls
   back a transaction whose connection died);
-* **created idempotently** — every worker runs `CREATE ... IF NOT EXISTS` under a transaction-level advisory
-  lock; the schema version is recorded in `damc_meta`, a newer one is refused;
-* **scopes inside the vector query** — `PgCardIndex.search` filters scope, session and tier in the `WHERE` of
-  the same statement that orders by distance. A scope or session with at most `PgConfig.exact_max` cards is
-  searched exactly (its rows through the scope b-tree, a distance for each — no HNSW candidate list to starve);
-  a bigger one through HNSW with `hnsw.ef_search` raised by how small a share of the table the scope is (about
-  2k · table / scope, at least `PgConfig.ef_search`, at most 1000), and `hnsw.iterative_scan = strict_order`
-  where pgvector ≥ 0.8 offers it. Without iterative scans (pgvector < 0.8, as bundled by pgserver 0.1.4) a
-  scope too small a share of the table for 1000 candidates to hold k of its cards is searched exactly, and any
-  filtered HNSW scan that returns fewer than k rows is redone exactly: a short list is never returned;
+* **created idempotently** — `CREATE ... IF NOT EXISTS` under an advisory lock, the schema version recorded;
+* **scopes inside the vector query** (`damc.runtime.pgindex`): scope and session filters sit in the statement
+  that orders by distance;
 * **connection loss is an error, not a hang** — a call interrupted by a server restart or a dropped connection
   raises `StoreConnectionError` (its transaction rolled back or, if the connection died during COMMIT, of unknown
   outcome: `ingest` is safe to retry, it resumes from the stored message count); the pool checks connections
   before handing them out, so the next call reconnects.
 
-The embeddings are computed in the worker by the memory's encoder (`damc.runtime.encoder`, the one the FAISS
-index uses) and written by `PgCardIndex.sync`, which claims unembedded rows with `FOR UPDATE SKIP LOCKED` so
-workers never encode the same card twice. A process must not share a pool across `fork`: open the memory in the
-worker.
-
-Needs `pip install 'damc[postgres]'` (psycopg 3, psycopg-pool, pgvector). The library never starts a server.
+A process must not share a pool across `fork`: open the memory in the worker. Needs
+`pip install 'damc[postgres]'` (psycopg 3, psycopg-pool, pgvector). The library never starts a server.
 
 Example:
     >>> memory = DecisionAwareMemory("postgresql://damc@db.internal/agents", user_id="alice")
@@ -52,77 +30,19 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
 import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
-import numpy as np
-
 from damc.cards import Card
 from damc.extras import requires
-from damc.runtime.index import CardIndex
 from damc.runtime.scope import DEFAULT_SCOPE, Scope
+from damc.runtime.pgschema import open_schema
 from damc.runtime.store import CardStore, StoredCard, StoreError, parse_time
 
 logger = logging.getLogger(__name__)
-
-PG_SCHEMA_VERSION = 1   # 1: cards / sessions / contexts / meta, the vector column added by the index
-LOCK_KEY = 0x44414D43   # pg_advisory_xact_lock key ("DAMC") held while creating or changing the layout
-MAX_EF_SEARCH = 1000    # pgvector's upper bound for hnsw.ef_search
-COUNT_CAP = 1_000_000   # a search counts the scope's cards up to this many (index-only) to pick its path
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS damc_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE SEQUENCE IF NOT EXISTS damc_seq;
-CREATE TABLE IF NOT EXISTS damc_cards (
-    rowid BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    user_id TEXT NOT NULL,
-    agent_id TEXT NOT NULL DEFAULT '',
-    card_id TEXT NOT NULL,
-    session_id TEXT NOT NULL,
-    position INTEGER NOT NULL,
-    kind TEXT NOT NULL,
-    tier TEXT NOT NULL DEFAULT 'hot',
-    pinned BOOLEAN NOT NULL DEFAULT FALSE,
-    n_tokens INTEGER NOT NULL DEFAULT 0,
-    t DOUBLE PRECISION NOT NULL,
-    seq BIGINT NOT NULL,
-    value_max DOUBLE PRECISION,
-    value_last DOUBLE PRECISION,
-    value_n INTEGER NOT NULL DEFAULT 0,
-    archived_at DOUBLE PRECISION,
-    data TEXT NOT NULL,
-    emb_seq BIGINT,
-    emb_model TEXT,
-    UNIQUE (user_id, agent_id, card_id)
-);
-CREATE INDEX IF NOT EXISTS damc_cards_scope_tier ON damc_cards (user_id, agent_id, tier, rowid);
-CREATE INDEX IF NOT EXISTS damc_cards_scope_session ON damc_cards (user_id, agent_id, session_id, tier, position);
-CREATE INDEX IF NOT EXISTS damc_cards_scope_pinned ON damc_cards (user_id, agent_id, rowid) WHERE pinned AND tier = 'hot';
-CREATE INDEX IF NOT EXISTS damc_cards_unembedded ON damc_cards (rowid) WHERE tier = 'hot' AND emb_seq IS DISTINCT FROM seq;
-CREATE TABLE IF NOT EXISTS damc_sessions (
-    user_id TEXT NOT NULL,
-    agent_id TEXT NOT NULL DEFAULT '',
-    session_id TEXT NOT NULL,
-    n_messages INTEGER NOT NULL DEFAULT 0,
-    pending TEXT NOT NULL DEFAULT '{}',
-    PRIMARY KEY (user_id, agent_id, session_id)
-);
-CREATE TABLE IF NOT EXISTS damc_contexts (
-    user_id TEXT NOT NULL,
-    agent_id TEXT NOT NULL DEFAULT '',
-    session_id TEXT NOT NULL,
-    created DOUBLE PRECISION NOT NULL,
-    data TEXT NOT NULL,
-    PRIMARY KEY (user_id, agent_id, session_id)
-);
-"""
-
-PG_MIGRATIONS: dict[int, Any] = {}  # from version -> function(conn) bringing it to version + 1 (none yet)
-
 
 class StoreConnectionError(StoreError):
     """The database could not be reached, or the connection dropped during a call (the next call reconnects)."""
@@ -160,7 +80,8 @@ class PgConfig:
     check_connection: bool = True
 
 
-def _scope_sql(scope: Scope) -> tuple[str, tuple[str, str]]:
+def scope_sql(scope: Scope) -> tuple[str, tuple[str, str]]:
+    """`Scope.where()` with psycopg's `%s` placeholders."""
     where, args = scope.where()
     return where.replace("?", "%s"), args
 
@@ -271,46 +192,8 @@ class PgCardStore:
 
     def _open_schema(self) -> None:
         """Create the layout if missing (advisory lock: workers starting together do it once), refuse a newer one."""
-        import psycopg
-
         with self.transaction(vectors=False) as c:
-            c.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
-            ext = c.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
-            if ext is None:
-                try:
-                    with c.transaction():   # a savepoint: a refused CREATE leaves the outer transaction usable
-                        c.execute("CREATE EXTENSION IF NOT EXISTS vector")
-                except psycopg.errors.InsufficientPrivilege as e:
-                    raise StoreError(f"{self.where}: the pgvector extension is not installed in this database and "
-                                     f"this user may not create it ({e}); run `CREATE EXTENSION vector;` once as "
-                                     "a superuser or the database owner") from None
-                except psycopg.errors.FeatureNotSupported as e:
-                    raise StoreError(f"{self.where}: pgvector is not available on this server ({e}); install it "
-                                     "(https://github.com/pgvector/pgvector)") from None
-                ext = c.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
-            self.pgvector_version = ext[0]
-            have = c.execute("SELECT to_regclass('damc_meta') IS NOT NULL").fetchone()[0]
-            version = None
-            if have:
-                row = c.execute("SELECT value FROM damc_meta WHERE key = 'schema_version'").fetchone()
-                version = int(row[0]) if row else None
-            if version is None:
-                for stmt in SCHEMA.split(";"):
-                    if stmt.strip():
-                        c.execute(stmt)
-                c.execute("INSERT INTO damc_meta VALUES ('schema_version', %s) ON CONFLICT (key) DO NOTHING",
-                          (str(PG_SCHEMA_VERSION),))
-                version = PG_SCHEMA_VERSION
-            elif version > PG_SCHEMA_VERSION:
-                raise StoreError(f"{self.where} has DAMC schema version {version}; this DAMC reads up to "
-                                 f"{PG_SCHEMA_VERSION}")
-            while version < PG_SCHEMA_VERSION:
-                logger.info("migrating %s from schema version %d to %d", self.where, version, version + 1)
-                PG_MIGRATIONS[version](c)
-                version += 1
-                c.execute("UPDATE damc_meta SET value = %s WHERE key = 'schema_version'", (str(version),))
-            row = c.execute("SELECT value FROM damc_meta WHERE key = 'dim'").fetchone()
-            self.dim = int(row[0]) if row else None
+            self.pgvector_version, self.dim = open_schema(c, self.where)
 
     def close(self) -> None:
         if self._owns_pool:
@@ -380,12 +263,12 @@ class PgCardStore:
             return result
 
     def _get_in_tx(self, c: Any, card_id: str, scope: Scope) -> Card | None:
-        where, args = _scope_sql(scope)
+        where, args = scope_sql(scope)
         row = c.execute(f"SELECT data FROM damc_cards WHERE {where} AND card_id = %s", args + (card_id,)).fetchone()
         return Card.from_dict(json.loads(row[0])) if row else None
 
     def session_state(self, session_id: str, scope: Scope = DEFAULT_SCOPE) -> dict[str, Any]:
-        where, args = _scope_sql(scope)
+        where, args = scope_sql(scope)
         rows = self._query(f"SELECT n_messages, pending FROM damc_sessions WHERE {where} AND session_id = %s",
                            args + (session_id,))
         return {"n_messages": rows[0][0], "pending": json.loads(rows[0][1])} if rows else \
@@ -399,7 +282,7 @@ class PgCardStore:
         if not card_ids:
             return 0
         now = time.time() if now is None else now
-        where, args = _scope_sql(scope)
+        where, args = scope_sql(scope)
         with self.transaction() as c:
             return c.execute(f"UPDATE damc_cards SET tier = %s, seq = nextval('damc_seq'), archived_at = %s WHERE "
                              f"{where} AND card_id = ANY(%s) AND tier != %s",
@@ -409,7 +292,7 @@ class PgCardStore:
         """Remember the latest and maximum value each card got (for `archive`); does not bump `seq`."""
         if not values:
             return
-        where, args = _scope_sql(scope)
+        where, args = scope_sql(scope)
         with self.transaction() as c, c.cursor() as cur:
             cur.executemany(f"UPDATE damc_cards SET value_last = %s, value_max = greatest(coalesce(value_max, %s), %s), "
                             f"value_n = value_n + 1 WHERE {where} AND card_id = %s",
@@ -424,7 +307,7 @@ class PgCardStore:
 
     def last_context(self, session_id: str | None = None, scope: Scope = DEFAULT_SCOPE) -> dict[str, Any] | None:
         """The last saved context of a scope's session (the scope's most recent one when None)."""
-        where, args = _scope_sql(scope)
+        where, args = scope_sql(scope)
         if session_id is None:
             rows = self._query(f"SELECT data FROM damc_contexts WHERE {where} ORDER BY created DESC LIMIT 1", args)
         else:
@@ -444,7 +327,7 @@ class PgCardStore:
         return sc.card if sc else None
 
     def get_stored(self, card_id: str, scope: Scope = DEFAULT_SCOPE) -> StoredCard | None:
-        where, args = _scope_sql(scope)
+        where, args = scope_sql(scope)
         rows = self._query(f"SELECT {self._COLS} FROM damc_cards WHERE {where} AND card_id = %s", args + (card_id,))
         return self._stored(rows[0]) if rows else None
 
@@ -455,7 +338,7 @@ class PgCardStore:
 
     def rows_for(self, card_ids: Sequence[str], scope: Scope = DEFAULT_SCOPE) -> dict[str, tuple[int, int]]:
         """`card_id -> (rowid, seq)` for the ids the scope holds (any tier)."""
-        where, args = _scope_sql(scope)
+        where, args = scope_sql(scope)
         return {cid: (r, s) for cid, r, s in self._query(
             f"SELECT card_id, rowid, seq FROM damc_cards WHERE {where} AND card_id = ANY(%s)",
             args + (list(dict.fromkeys(card_ids)),))}
@@ -465,14 +348,14 @@ class PgCardStore:
         (`scope=None`: any scope, index maintenance only)."""
         if not len(rowids):
             return []
-        where, args = _scope_sql(scope) if scope is not None else ("TRUE", ())
+        where, args = scope_sql(scope) if scope is not None else ("TRUE", ())
         got = {row[1]: self._stored(row) for row in self._query(
             f"SELECT {self._COLS} FROM damc_cards WHERE {where} AND rowid = ANY(%s)",
             args + ([int(r) for r in rowids],))}
         return [got[int(r)] for r in rowids if int(r) in got]
 
     def _scoped(self, cond: str, args: tuple, scope: Scope, session_id: str | None, tail: str) -> list[StoredCard]:
-        where, sargs = _scope_sql(scope)
+        where, sargs = scope_sql(scope)
         if session_id is not None:
             where, sargs = where + " AND session_id = %s", sargs + (session_id,)
         return [self._stored(r) for r in self._query(
@@ -497,7 +380,7 @@ class PgCardStore:
         """Every card of a tier (None: all) of a scope (None: every scope — audits and tests, not retrieval)."""
         conds, args = ["TRUE"], ()
         if scope is not None:
-            w, args = _scope_sql(scope)
+            w, args = scope_sql(scope)
             conds.append(w)
         if tier:
             conds.append("tier = %s")
@@ -513,14 +396,14 @@ class PgCardStore:
 
     def sum_tokens(self, session_id: str, before_position: int, scope: Scope = DEFAULT_SCOPE) -> int:
         """Total `n_tokens` of a session's cards that start before a message index (any tier)."""
-        where, args = _scope_sql(scope)
+        where, args = scope_sql(scope)
         return int(self._query(f"SELECT coalesce(sum(n_tokens), 0) FROM damc_cards WHERE {where} AND session_id = %s "
                                "AND position < %s", args + (session_id, before_position))[0][0])
 
     def lifecycle_rows(self, tier: str = "hot", scope: Scope = DEFAULT_SCOPE
                        ) -> list[tuple[str, float, float | None, bool]]:
         """`(card_id, t, value_max, pinned)` of a scope's cards, for lifecycle decisions."""
-        where, args = _scope_sql(scope)
+        where, args = scope_sql(scope)
         return [(r[0], r[1], r[2], bool(r[3])) for r in self._query(
             f"SELECT card_id, t, value_max, pinned FROM damc_cards WHERE {where} AND tier = %s", args + (tier,))]
 
@@ -528,7 +411,7 @@ class PgCardStore:
         """Cards of a tier (None: all) in a scope (None: the whole store)."""
         conds, args = ["TRUE"], ()
         if scope is not None:
-            w, args = _scope_sql(scope)
+            w, args = scope_sql(scope)
             conds.append(w)
         if tier is not None:
             conds.append("tier = %s")
@@ -542,202 +425,4 @@ class PgCardStore:
         return "ok" if not bad else f"{len(bad)} rows whose data does not match their card_id (rowids {bad[:5]})"
 
 
-class PgCardIndex(CardIndex):
-    """The vector index of a `PgCardStore`: embeddings in the cards table, searched by pgvector (HNSW or exact).
-
-    Encoding, the query-vector cache and `card_vectors` are `CardIndex`'s (one encoder path for both backends);
-    what FAISS kept in a file lives in the database, so there is nothing to load, save or rebuild on open.
-
-    Args:
-        store: the `PgCardStore`.
-        encoder / encoder_name / encoder_backend / scorer_dir: as `CardIndex`.
-
-    Raises (on first use):
-        StoreError: the database's vectors come from another encoder or dimension (`rebuild` re-embeds them all).
-    """
-
-    def __init__(self, store: PgCardStore, encoder: str | Any = "minilm-l6", *, encoder_name: str | None = None,
-                 encoder_backend: str = "auto", scorer_dir: Any = None):
-        super().__init__(store, encoder, None, None, encoder_name=encoder_name, encoder_backend=encoder_backend,
-                         scorer_dir=scorer_dir)
-        self.store: PgCardStore = store
-        self._ready = False
-
-    # ------------------------------------------------------------------ layout
-
-    def _ensure_vectors(self, replace: bool = False) -> None:
-        """Add the `embedding vector(dim)` column and its HNSW index if missing, or check they match this encoder
-        (`replace`: switch the database to this encoder, emptying every stored vector)."""
-        if self._ready and not replace:
-            return
-        dim = self._ensure_dim()
-        cfg = self.store.config
-        with self.store.transaction(vectors=False) as c:
-            c.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
-            meta = dict(c.execute("SELECT key, value FROM damc_meta WHERE key IN ('dim', 'model')").fetchall())
-            if meta and not replace:
-                if int(meta["dim"]) != dim or meta["model"] != self.model_name:
-                    raise StoreError(
-                        f"{self.store.where} holds vectors of encoder {meta['model']!r} ({meta['dim']} dims); this "
-                        f"memory's encoder is {self.model_name!r} ({dim} dims). Open it with the same encoder, or "
-                        "switch every worker at once and call `memory.index.rebuild()` to re-embed all cards")
-            else:
-                if meta:   # replace: drop the old column (and its index) so the dimension may change
-                    c.execute("DROP INDEX IF EXISTS damc_cards_hnsw")
-                    c.execute("ALTER TABLE damc_cards DROP COLUMN IF EXISTS embedding")
-                    c.execute("UPDATE damc_cards SET emb_seq = NULL, emb_model = NULL")
-                c.execute(f"ALTER TABLE damc_cards ADD COLUMN IF NOT EXISTS embedding vector({int(dim)})")
-                c.execute(f"CREATE INDEX IF NOT EXISTS damc_cards_hnsw ON damc_cards USING hnsw (embedding "
-                          f"vector_ip_ops) WITH (m = {int(cfg.hnsw_m)}, ef_construction = "
-                          f"{int(cfg.hnsw_ef_construction)}) WHERE tier = 'hot'")
-                for k, v in (("dim", str(dim)), ("model", self.model_name)):
-                    c.execute("INSERT INTO damc_meta VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = "
-                              "excluded.value", (k, v))
-        self.store.dim = dim
-        self._ready = True
-
-    # ------------------------------------------------------------------ lifecycle
-
-    def load(self) -> bool:
-        """Nothing to load: the vectors live in the database."""
-        self.last_rebuild_reason = None
-        return True
-
-    def save(self, force: bool = False) -> bool:
-        """Nothing to save: every vector is written by `sync` in its own transaction."""
-        return False
-
-    def rebuild(self, reason: str = "requested") -> None:
-        """Switch the database to this index's encoder and re-embed every hot card (all workers at once)."""
-        logger.info("re-embedding every card of %s (%s)", self.store.where, reason)
-        self.last_rebuild_reason = reason
-        self._ensure_vectors(replace=True)
-        self.sync()
-
-    def sync(self) -> int:
-        """Embed hot cards whose vector is missing or older than the card; returns how many were embedded.
-
-        Rows are claimed `FOR UPDATE SKIP LOCKED`, `embed_batch` per transaction, so workers syncing at once
-        share the work instead of repeating it.
-        """
-        from damc.query import card_document
-
-        self._ensure_vectors()
-        n = 0
-        while True:
-            with self.store.transaction() as c:
-                rows = c.execute("SELECT rowid, seq, data FROM damc_cards WHERE tier = 'hot' AND emb_seq IS DISTINCT "
-                                 "FROM seq ORDER BY rowid LIMIT %s FOR UPDATE SKIP LOCKED",
-                                 (self.store.config.embed_batch,)).fetchall()
-                if not rows:
-                    return n
-                vecs = self.encode([card_document(Card.from_dict(json.loads(d))) for _, _, d in rows])
-                with c.cursor() as cur:
-                    cur.executemany("UPDATE damc_cards SET embedding = %s, emb_seq = %s, emb_model = %s WHERE rowid = %s",
-                                    [(vecs[i], s, self.model_name, r) for i, (r, s, _) in enumerate(rows)])
-            n += len(rows)
-
-    def _vectors_for(self, rows: Sequence[tuple[int, int]]) -> np.ndarray:
-        """Embeddings for `(rowid, seq)` rows: stored where current, encoded (and stored) otherwise."""
-        from damc.query import card_document
-
-        if not rows:
-            return np.zeros((0, self.dim or 0), dtype=np.float32)
-        self._ensure_vectors()
-        want = dict(rows)
-        got: dict[int, np.ndarray] = {}
-        stale: dict[int, tuple[int, str]] = {}
-        for r, s, es, vec, data in self.store._query(
-                "SELECT rowid, seq, emb_seq, embedding, data FROM damc_cards WHERE rowid = ANY(%s)", (list(want),)):
-            if vec is not None and es == s == want[r]:
-                got[r] = np.asarray(vec.to_numpy() if hasattr(vec, "to_numpy") else vec, dtype=np.float32)
-            else:
-                stale[r] = (s, data)
-        if stale:
-            ids = list(stale)
-            vecs = self.encode([card_document(Card.from_dict(json.loads(stale[r][1]))) for r in ids])
-            with self.store.transaction() as c, c.cursor() as cur:
-                cur.executemany("UPDATE damc_cards SET embedding = %s, emb_seq = seq, emb_model = %s WHERE rowid = %s "
-                                "AND seq = %s", [(vecs[i], self.model_name, r, stale[r][0]) for i, r in enumerate(ids)])
-            got.update({r: vecs[i] for i, r in enumerate(ids)})
-        return np.stack([got[r] for r, _ in rows if r in got]).astype(np.float32)
-
-    @property
-    def ntotal(self) -> int:
-        """Hot cards with a vector."""
-        if not self._ready:
-            self._ensure_vectors()
-        return int(self.store._query("SELECT count(*) FROM damc_cards WHERE tier = 'hot' AND embedding IS NOT NULL")
-                   [0][0])
-
-    # ------------------------------------------------------------------ search
-
-    def search(self, query_vec: np.ndarray, k: int, scope: Scope | None = DEFAULT_SCOPE,
-               session_id: str | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k rowids and cosine similarities among the hot cards of `scope` (and of its session `session_id`
-        when given), filtered in the same statement as the vector order; exact for small scopes, HNSW for big ones
-        (exact again if the filtered HNSW scan comes back short; see module docstring).
-        `scope=None` searches every card: maintenance only."""
-        empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32))
-        if k <= 0:
-            return empty
-        self._ensure_vectors()
-        cfg = self.store.config
-        q = np.ascontiguousarray(query_vec, dtype=np.float32).reshape(-1)
-        conds, args = ["tier = 'hot'", "embedding IS NOT NULL"], ()
-        if scope is not None:
-            w, args = _scope_sql(scope)
-            conds.append(w)
-        if session_id is not None:
-            conds.append("session_id = %s")
-            args = args + (session_id,)
-        where = " AND ".join(conds)
-        # `+ 0` hides the distance from the HNSW index, so the planner reads the scope's rows through its b-tree
-        exact = (f"SELECT rowid, -(embedding <#> %s) FROM damc_cards WHERE {where} "
-                 f"ORDER BY (embedding <#> %s) + 0 LIMIT %s")
-        # the scope's size (its hot cards, counted on the scope b-tree up to a cap) and the table's (planner estimate)
-        count_where = " AND ".join(c for c in conds if c != "embedding IS NOT NULL")
-        with self.store.transaction(read_only=True) as c:
-            n, total = c.execute(
-                f"SELECT (SELECT count(*) FROM (SELECT 1 FROM damc_cards WHERE {count_where} LIMIT %s) s), "
-                "(SELECT reltuples::bigint FROM pg_class WHERE oid = 'damc_cards'::regclass)",
-                args + (COUNT_CAP,)).fetchone()
-            if n == 0:
-                return empty
-            total = max(int(n), int(total or 0))
-            iterative = _version(self.store.pgvector_version) >= (0, 8)
-            # a filtered HNSW scan sees about ef · n / total of the scope's cards; without pgvector 0.8's iterative
-            # scans it cannot look further, so a scope too small to fill k from MAX_EF_SEARCH candidates goes exact
-            ef = min(MAX_EF_SEARCH, max(cfg.ef_search, k, math.ceil(2 * k * total / n)))
-            if n <= cfg.exact_max or (not iterative and MAX_EF_SEARCH * n / total < k):
-                rows = c.execute(exact, (q,) + args + (q, k)).fetchall()
-            else:
-                with c.transaction():   # SET LOCAL needs a transaction
-                    c.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef),))
-                    if iterative:
-                        c.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', true)")
-                    rows = c.execute(f"SELECT rowid, -(embedding <#> %s) FROM damc_cards WHERE {where} "
-                                     f"ORDER BY embedding <#> %s LIMIT %s", (q,) + args + (q, k)).fetchall()
-                if len(rows) < k:   # the filter starved the HNSW candidate list: never return a short list
-                    rows = c.execute(exact, (q,) + args + (q, k)).fetchall()
-        return (np.array([r[0] for r in rows], dtype=np.int64), np.array([r[1] for r in rows], dtype=np.float32))
-
-    def explain_search(self, query_vec: np.ndarray, k: int, scope: Scope) -> str:
-        """The server's plan for the exact and the HNSW form of a scoped search (for docs and debugging)."""
-        q = np.ascontiguousarray(query_vec, dtype=np.float32).reshape(-1)
-        w, args = _scope_sql(scope)
-        out = []
-        with self.store.transaction() as c:
-            for order in ("(embedding <#> %s) + 0", "embedding <#> %s"):
-                plan = c.execute(f"EXPLAIN SELECT rowid FROM damc_cards WHERE tier = 'hot' AND embedding IS NOT NULL "
-                                 f"AND {w} ORDER BY {order} LIMIT %s", args + (q, k)).fetchall()
-                out.append("\n".join(r[0] for r in plan))
-        return "\n\n".join(out)
-
-
-def _version(text: str) -> tuple[int, ...]:
-    """`"0.6.2"` -> `(0, 6, 2)` (non-numeric parts count as 0)."""
-    return tuple(int(p) if p.isdigit() else 0 for p in str(text).split("."))
-
-
-__all__ = ["PgCardStore", "PgCardIndex", "PgConfig", "StoreConnectionError", "PG_SCHEMA_VERSION"]
+__all__ = ["PgCardStore", "PgConfig", "StoreConnectionError", "scope_sql"]

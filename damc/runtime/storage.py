@@ -6,7 +6,7 @@ below. Two implementations exist:
 
 * **embedded** (default): `CardStore` (one SQLite file, WAL) + `CardIndex` (FAISS, persisted beside it, a cache
   of the store) — `DecisionAwareMemory("memory_dir")`, one machine, any number of processes on it;
-* **server**: `PgCardStore` + `PgCardIndex` (`damc.runtime.pgstore`: PostgreSQL + pgvector, the vectors in the
+* **server**: `PgCardStore` + `PgCardIndex` (`damc.runtime.pgstore`, `pgindex`: PostgreSQL + pgvector, the vectors in the
   cards table under an HNSW index, scope and session filters in the same SQL as the vector search) —
   `DecisionAwareMemory("postgresql://user@host/db")` or a `psycopg_pool.ConnectionPool`: a fleet of workers on
   one database. Needs `pip install 'damc[postgres]'`; psycopg is imported only when such a memory is opened.
@@ -153,7 +153,8 @@ def open_storage(path: Any, encoder: str | Any = "minilm-l6", *, store_config: A
         MissingExtraError: a server URL without the `[postgres]` extra installed.
     """
     if is_server_url(path):
-        from damc.runtime.pgstore import PgCardIndex, PgCardStore
+        from damc.runtime.pgindex import PgCardIndex
+        from damc.runtime.pgstore import PgCardStore
 
         store = PgCardStore(path, store_config)
         return store, PgCardIndex(store, encoder, encoder_backend=encoder_backend, scorer_dir=scorer_dir)
