@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from damc.cards import Card, encode_messages
+from damc.cards import encode_messages
 from damc.runtime.scope import Scope
 from damc.runtime.store import CardStore, StoreError
+from test_store import _cards   # the same cards as the SQLite-only tests
 
 BACKENDS = ["sqlite", "postgres"]
 
@@ -60,20 +61,6 @@ class HashEncoder:
                 out[i, int(hashlib.md5(w.encode()).hexdigest(), 16) % 384] += 1.0
         out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-6)
         return out
-
-
-def _cards(n: int, prefix: str = "s", start: int = 0) -> list[Card]:
-    out = []
-    for i in range(start, start + n):
-        msgs = [{"role": "assistant", "content": None, "tool_calls": [{"id": f"c{i}", "type": "function",
-                 "function": {"name": "get_order", "arguments": json.dumps({"order_id": str(80000 + i)})}}]},
-                {"role": "tool", "tool_call_id": f"c{i}",
-                 "content": json.dumps({"order_id": str(80000 + i), "state": "shipped" if i % 3 else "lost",
-                                        "note": "ünïcödé ✓ " * (i % 4), "price": 0.1 + i, "items": [i, i + 1]})}]
-        (c,) = encode_messages(msgs, prefix, start_index=2 * i)
-        c.timestamp = f"2026-01-01T00:{i % 60:02d}:00Z"
-        out.append(c)
-    return out
 
 
 # ----------------------------------------------------------------------------- cards, tiers, scopes
