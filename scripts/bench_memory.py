@@ -189,6 +189,18 @@ def bench_faiss(n: int, dim: int, queries: int, nlist: int, nprobe: int) -> dict
             "add_s": round(t_add, 1), "search_ms_k30": _pct(lat), "planted_recall_at_30": recall, "threads": faiss.omp_get_max_threads()}
 
 
+def assign_scopes(n: int, sizes: Sequence[int], rng: np.random.Generator) -> tuple[np.ndarray, list[str]]:
+    """Scope code per card, (n,): scopes of `sizes` cards at random positions, one big scope owning the rest;
+    and the scope names (`s{size}`..., "big")."""
+    owner = np.full(n, len(sizes), dtype=np.int32)
+    perm = rng.permutation(n)
+    start = 0
+    for j, size in enumerate(sizes):
+        owner[perm[start:start + size]] = j
+        start += size
+    return owner, [f"s{size}" for size in sizes] + ["big"]
+
+
 def bench_faiss_scoped(n: int, dim: int, queries: int, nlist: int, nprobe: int,
                        sizes: tuple[int, ...] = (1_000, 10_000, 100_000)) -> dict[str, Any]:
     """Scope-filtered retrieval at `n` cards: the runtime's path (one IVF index, `CardIndex.search` with an
@@ -208,13 +220,7 @@ def bench_faiss_scoped(n: int, dim: int, queries: int, nlist: int, nprobe: int,
         ivf.add_with_ids(x[i:i + 100_000], np.arange(i, min(i + 100_000, n), dtype=np.int64))
     idx = CardIndex(None, encoder=None, config=IndexConfig(index_type="ivf", nlist=nlist, nprobe=nprobe))
     idx._index, idx.members = ivf, ScopeMembers()
-    owner = np.full(n, len(sizes), dtype=np.int32)                 # the big scope owns what the small ones don't
-    perm = rng.permutation(n)
-    start = 0
-    for j, size in enumerate(sizes):
-        owner[perm[start:start + size]] = j
-        start += size
-    names = [f"s{size}" for size in sizes] + ["big"]
+    owner, names = assign_scopes(n, sizes, rng)
     idx.members.scope_codes = {(nm, ""): j for j, nm in enumerate(names)}
     idx.members.session_codes = {(nm, "", "s"): j for j, nm in enumerate(names)}
     idx.members.scope_of, idx.members.session_of = owner.copy(), owner.copy()
@@ -381,13 +387,7 @@ def bench_backend_search(place: BackendPlace, n: int, queries: int, k: int = 30,
     rng = np.random.default_rng(0)
     x = clustered_vectors(n, 384, rng)
     sizes = tuple(sz for sz in sizes if sz < n // 2)
-    owner = np.full(n, len(sizes), dtype=np.int32)
-    perm = rng.permutation(n)
-    start = 0
-    for j, size in enumerate(sizes):
-        owner[perm[start:start + size]] = j
-        start += size
-    names = [f"s{size}" for size in sizes] + ["big"]
+    owner, names = assign_scopes(n, sizes, rng)
     store, index, timings = _fill_vectors(place.backend, place.new(f"search{n}"), x, owner, names)
     out: dict[str, Any] = {"n": n, "setup": timings}
     for j, name in enumerate(names):
