@@ -336,7 +336,12 @@ def _fill_vectors(backend: str, where: str, x: np.ndarray, owner: np.ndarray, na
     from damc.runtime.storage import open_storage
 
     enc = SyntheticEncoder(x.shape[1])
-    store, index = open_storage(where, enc)
+    if backend == "postgres":   # a bulk load: one pipeline of n updates counts as one statement
+        from damc.runtime.pgstore import PgConfig
+
+        store, index = open_storage(where, enc, store_config=PgConfig(statement_timeout_ms=0))
+    else:
+        store, index = open_storage(where, enc)
     timings: dict[str, float] = {}
     rowid_of = np.zeros(len(x), dtype=np.int64)
     t = time.perf_counter()

@@ -57,7 +57,8 @@ class PgConfig:
         max_size: most connections the pool opens (per process; workers × max_size ≤ the server's
             `max_connections`).
         connect_timeout_s: how long a call waits for a connection (or the first connect) before failing (s).
-        statement_timeout_ms: a statement running longer is cancelled by the server (ms; 0: no limit).
+        statement_timeout_ms: a statement running longer is cancelled by the server (ms; 0: no limit); a batch
+            written in one pipeline (`add_cards`, `sync`) counts as one statement.
         hnsw_m: HNSW links per node (pgvector's `m`), used when the index is created.
         hnsw_ef_construction: HNSW build candidate list (pgvector's `ef_construction`), used at creation.
         ef_search: least HNSW candidates per search (`hnsw.ef_search`, raised for a scope that is a small share
@@ -180,6 +181,10 @@ class PgCardStore:
         except PoolTimeout as e:
             raise StoreConnectionError(f"no PostgreSQL connection to {self.where} within "
                                        f"{self.config.connect_timeout_s} s: {e}") from e
+        except psycopg.errors.QueryCanceled as e:   # an OperationalError too, but the connection is fine
+            raise StoreError(f"PostgreSQL at {self.where} cancelled a statement of this call ({str(e).strip()}); the "
+                             "transaction was rolled back; raise PgConfig.statement_timeout_ms "
+                             f"(now {self.config.statement_timeout_ms} ms) for bigger batches") from e
         except psycopg.OperationalError as e:
             raise StoreConnectionError(f"PostgreSQL connection to {self.where} failed during this call "
                                        f"({str(e).strip()}); nothing of the call was committed unless the connection "
