@@ -314,7 +314,7 @@ def test_pg_encoder_mismatch_is_refused_until_rebuild(pg_url):
 
 
 def test_pg_scoped_search_never_starves_a_small_scope(pg_url):
-    """A 5-card scope and a 60-card scope beside a 3,000-card one: the scope filter sits in the vector query, so
+    """A 5-card scope and a 60-card scope beside a 1,500-card one: the scope filter sits in the vector query, so
     each gets its own k nearest (exactly the brute-force answer for the small ones), with the default path choice
     and with exact_max=0 (the path then follows the scope's share of the table: HNSW for the big scope)."""
     from damc.runtime.pgindex import PgCardIndex
@@ -331,7 +331,7 @@ def test_pg_scoped_search_never_starves_a_small_scope(pg_url):
             out.append(c)
         return out
 
-    scopes = {"tiny": 5, "small": 60, "big": 3000}
+    scopes = {"tiny": 5, "small": 60, "big": 1500}
     with PgCardStore(pg_url) as store:
         for name, n in scopes.items():
             store.add_cards(cards_of(name, n), name, scope=Scope(name))
