@@ -414,7 +414,7 @@ def bench_backend_search(place: BackendPlace, n: int, queries: int, k: int = 30,
             recall.append(len(got & exact) / min(k, len(members)))
         path = "FAISS " + type(index._index).__name__ if place.backend == "sqlite" else \
             ("exact (scope b-tree)" if len(members) <= store.config.exact_max else
-             f"HNSW ef_search={store.config.ef_search} (m={store.config.hnsw_m})")
+             f"HNSW, ef_search ≥ {store.config.ef_search} raised by the scope's share (m={store.config.hnsw_m})")
         out[name] = {"cards": int(len(members)), "path": path, "search_ms_k30": _pct(lat),
                      f"recall_at_{k}": round(float(np.mean(recall)), 3)}
     store.close()
