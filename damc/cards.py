@@ -21,7 +21,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable
 
-from damc.data.episodes import Episode, EpisodeFormatError, call_arguments, message_text, render_call
+from damc.episodes import Episode, EpisodeFormatError, call_arguments, message_text, render_call
 
 KINDS = ("tool_result", "tool_error", "user", "assistant")
 
@@ -241,7 +241,8 @@ def encode_messages(messages: Iterable[dict[str, Any]], episode_id: str, *,
     """Turn OpenAI chat messages into cards (tool calls merged with their results).
 
     Args:
-        messages: chat messages in order; system messages never become cards.
+        messages: chat messages in order; system and developer messages never become cards. A message's `name`
+            (OpenAI's participant name) is kept on its cards as `meta["name"]`.
         episode_id: episode or session id used in card ids.
         count_tokens: `str -> int` (e.g. `lambda s: len(tok.encode(s))`); approximate chars/4 if None.
         start_index: index of the first message in the episode (for streaming ingestion).
@@ -260,8 +261,9 @@ def encode_messages(messages: Iterable[dict[str, Any]], episode_id: str, *,
                                      expected="a JSON object")
         role = m.get("role")
         ts = m.get("timestamp")
-        if role == "system":
+        if role in ("system", "developer"):
             continue
+        n_before = len(cards)
         if role == "user":
             text = message_text(m)
             cards.append(Card(card_id(episode_id, i), episode_id, i, "user", "user", text, ts, n_tokens=count(text)))
@@ -304,7 +306,10 @@ def encode_messages(messages: Iterable[dict[str, Any]], episode_id: str, *,
             card.n_tokens = count(card.raw_text)
         else:
             raise EpisodeFormatError(f"unknown role {role!r}", field=f"messages[{i}].role",
-                                     expected="system|user|assistant|tool")
+                                     expected="system|developer|user|assistant|tool")
+        if isinstance(m.get("name"), str) and m["name"]:
+            for c in cards[n_before:]:
+                c.meta["name"] = m["name"]
     if not include_pending:
         cards = [c for c in cards if c.call_id not in pending]
     return cards

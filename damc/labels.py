@@ -10,7 +10,8 @@ its candidate cards and their deltas) — the unit the scorer trains on and the 
 Teacher, scorer training, the label ensemble and label agreement all read and write through this module,
 so there is one schema and one error type (`LabelFormatError`).
 
-Columns (DESIGN.md "Label row" plus extras): `LABEL_COLUMNS` (required) and `EXTRA_COLUMNS` (optional).
+Columns (DESIGN.md "Label row" plus extras): the fields of `LabelRow`, `LABEL_COLUMNS` (required) and
+`EXTRA_COLUMNS` (optional).
 `delta = (logp_full − logp_without) / n_action_tokens` in **nats per action token** (signed), where `logp_full` is
 the action's total log-prob in the estimator's context *with* the card (leave-one-out: every candidate;
 leave-one-in: the card alone) and `logp_without` the total *without* it. `card_text` is what the student reads
@@ -28,14 +29,47 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any, Sequence
 
-LABEL_COLUMNS = ("decision_id", "episode_id", "card_id", "decision_text", "card_text", "logp_full",
-                 "logp_without", "delta", "estimator", "teacher", "n_action_tokens")
-EXTRA_COLUMNS = ("decision_index", "card_position", "card_kind", "is_key", "render_version", "teacher_text", "card_age",
-                 "feat_bm25", "feat_cosine", "feat_pinned", "card_render")
+
+
+@dataclass
+class LabelRow:
+    """One label row: the teacher's delta for one card at one decision. The one spelling of the columns: the
+    required ones have no default (`LABEL_COLUMNS`), the optional ones default to None (`EXTRA_COLUMNS`), and the
+    parquet schema follows the field types (`label_schema`)."""
+
+    decision_id: str  # "{episode_id}@{k}"
+    episode_id: str  # the episode the decision belongs to
+    card_id: str  # `damc.cards.card_id` of the card
+    decision_text: str  # what the student reads of the decision (`damc.query.query_body`)
+    card_text: str  # what the student reads of the card (`damc.query.render_card`: kind, age, line)
+    logp_full: float  # gold action's total log-prob with the card (nats)
+    logp_without: float  # ... without it (nats)
+    delta: float  # (logp_full - logp_without) / n_action_tokens: nats per action token, signed
+    estimator: str  # loo | loi | loi_margin | loo_loi | grouped_loo | ablation
+    teacher: str  # the teacher model's id
+    n_action_tokens: int  # tokens of the gold action
+    decision_index: int | None = None  # message index k of the decision
+    card_position: int | None = None  # the card's position in the episode (orders a decision's cards)
+    card_kind: str | None = None  # user | assistant | tool_call | ...
+    is_key: bool | None = None  # the card is one of the decision's key cards (analysis only, never a feature)
+    render_version: str | None = None  # `damc.query.RENDER_VERSION` the card_text was written with
+    teacher_text: str | None = None  # the memory line the teacher saw
+    card_age: int | None = None  # messages between the card and the current turn
+    feat_bm25: float | None = None  # the runtime's BM25 signal (a combiner input)
+    feat_cosine: float | None = None  # the runtime's cosine signal (a combiner input)
+    feat_pinned: float | None = None  # 1.0 when the card is pinned (a combiner input)
+    card_render: str | None = None  # template | fields (null: template)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+LABEL_COLUMNS = tuple(f.name for f in fields(LabelRow) if f.default is MISSING)
+EXTRA_COLUMNS = tuple(f.name for f in fields(LabelRow) if f.default is not MISSING)
 
 
 class LabelFormatError(ValueError):
@@ -49,12 +83,8 @@ def label_schema() -> Any:
     with requires("label shards (parquet)"):
         import pyarrow as pa
 
-    s, f, i, b = pa.string(), pa.float64(), pa.int64(), pa.bool_()
-    types = {"decision_id": s, "episode_id": s, "card_id": s, "decision_text": s, "card_text": s,
-             "logp_full": f, "logp_without": f, "delta": f, "estimator": s, "teacher": s, "n_action_tokens": i,
-             "decision_index": i, "card_position": i, "card_kind": s, "is_key": b, "render_version": s,
-             "teacher_text": s, "card_age": i, "feat_bm25": f, "feat_cosine": f, "feat_pinned": f, "card_render": s}
-    return pa.schema([(c, types[c]) for c in LABEL_COLUMNS + EXTRA_COLUMNS])
+    arrow = {"str": pa.string(), "float": pa.float64(), "int": pa.int64(), "bool": pa.bool_()}
+    return pa.schema([(f.name, arrow[str(f.type).split("|")[0].strip()]) for f in fields(LabelRow)])
 
 
 def validate_columns(columns: Any, where: str = "labels") -> None:

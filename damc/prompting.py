@@ -1,4 +1,9 @@
-"""The decision LLM's context: one rendering shared by the teacher, the A/B harness and the runtime.
+"""The small local decision LLM's context: one text rendering shared by the teacher and the A/B harness.
+
+The runtime does not send this rendering: `DecisionAwareMemory.build_context` returns the caller's own chat format
+(`damc.runtime.assemble`), and the harness renders that context for its local model with
+`damc.eval.policies.decision_messages`, which calls `build_decision_messages` below. The runtime borrows only the
+fence (`memory_block`, `neutralize_line`) and `message_to_chat` (for token counts).
 
 A decision context is a list of plain chat messages (string content), in the article's order
 system → memory → tools → current turn. With `placement="message"` (the default):
@@ -34,7 +39,7 @@ import unicodedata
 from typing import Any, Iterable, Sequence
 
 from damc.cards import Card
-from damc.data.episodes import message_text, render_action
+from damc.episodes import message_text, render_action
 from damc.query import render_tools_brief
 
 DEFAULT_SYSTEM = ("You are a tool-using assistant. Decide the next action. To call tools, write the calls as "

@@ -34,7 +34,7 @@ import json
 from typing import Any
 
 from damc.cards import Card
-from damc.data.episodes import message_text, render_action
+from damc.episodes import message_text, render_action
 from damc.templates import clip as _clip
 from damc.templates import template_compress
 
@@ -79,7 +79,7 @@ def render_decision_query(context_messages: list[dict[str, Any]], tools: list[di
         parts.append("user: " + _clip(message_text(context_messages[last_user]), QUERY_USER_CHARS))
         recent = context_messages[last_user + 1:][-QUERY_RECENT:]
     else:
-        recent = [m for m in context_messages if m.get("role") != "system"][-QUERY_RECENT:]
+        recent = [m for m in context_messages if m.get("role") not in ("system", "developer")][-QUERY_RECENT:]
     parts += [_clip(_turn_text(m), QUERY_TURN_CHARS) for m in recent]
     names = tool_names(tools)
     if names:

@@ -35,7 +35,7 @@ def sample_cards() -> tuple[list[Any], list[dict[str, Any]]]:
     """All cards of the sample episodes, and every decision with key cards as
     `{"query", "candidates": [card index], "keys": {card index}}`."""
     from damc.cards import encode_episode
-    from damc.data.episodes import decision_points, load_episodes
+    from damc.episodes import decision_points, load_episodes
     from damc.query import render_decision_query
 
     cards, decisions = [], []

@@ -12,7 +12,7 @@
 3. Ingest: cards/second into the SQLite store (embedding excluded), and with embedding (index sync).
 4. `--scoped`: scope-filtered FAISS search (the runtime's IDSelectorBitmap path) vs one index per scope.
 5. `--concurrent N`: N threads, then N processes, each driving its own session against one store directory
-   (`damc.runtime.loadtest`): throughput, build_context p50/p95, and an exact read-back check.
+   (`damc.bench.loadtest`): throughput, build_context p50/p95, and an exact read-back check.
 6. `--backend sqlite postgres`: the storage backends side by side in one run (`damc.runtime.storage`): ingest
    cards/s through `add_messages` and the index sync (the real int8 ONNX encoder), scoped vector search p50/p95
    with recall@30 against exact search at each of `--search-n` cards (synthetic clustered unit vectors, scopes of
@@ -527,7 +527,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                                args.scorer_dtype, args.scorer_backend, args.max_batch_tokens or None,
                                                args.max_scored)
     if args.concurrent:
-        from damc.runtime.loadtest import run_concurrent
+        from damc.bench.loadtest import run_concurrent
 
         out["concurrent"] = []
         for mode in ("threads", "processes"):

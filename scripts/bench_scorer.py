@@ -1,7 +1,7 @@
 """Benchmark an exported scorer: pairs/s (fp32, bf16, ONNX, int8), 50-card latency, cost vs teacher LOO.
 
 python scripts/bench_scorer.py --scorer SCORER [--labels LABELS] [--teacher smollm2-135m|none] [--json out.json]
-Prints a Markdown table (the one in docs/scorer.md). The work is in `damc.scorer.bench`.
+Prints a Markdown table (the one in docs/scorer.md). The work is in `damc.bench.scorer`.
 """
 
 import argparse
@@ -20,7 +20,7 @@ def cli() -> None:
     p.add_argument("--json", default=None, help="also write the raw results here")
     a = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    from damc.scorer.bench import markdown, run
+    from damc.bench.scorer import markdown, run
 
     res = run(a.scorer, a.labels, a.pairs, a.batch_size, None if a.teacher == "none" else a.teacher, a.threads)
     if a.json:

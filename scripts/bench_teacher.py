@@ -19,7 +19,7 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def main() -> None:
-    from damc.data.episodes import decision_points
+    from damc.episodes import decision_points
     from damc.data.synthetic import generate_episodes
     from damc.teacher.backends import HFTeacher
     from damc.teacher.context import candidate_cards

@@ -36,7 +36,7 @@ def cli() -> None:
     p.add_argument("--against", default=None, help="RUN.json:ESTIMATOR of another run to agree with")
     a = p.parse_args()
     from damc.cli import quiet_third_party, verbose_requested
-    from damc.data.episodes import atomic_write_text, load_episodes
+    from damc.episodes import atomic_write_text, load_episodes
     from damc.teacher.backends import HFTeacher
     from damc.teacher.compare import agreement, compare, label_hit_rates, markdown
 

@@ -37,7 +37,7 @@ def pooled(out_dirs: list[Path], head: str | None = None, digits: int = 3) -> st
     finished A/Bs in `out_dirs` together (cluster bootstrap; clusters: dataset × episode). A policy only one of
     the placements evaluated (an earlier run's records in the same dir) is left out."""
     from damc.eval.records import records_by_key
-    from damc.eval.stats import paired_bootstrap
+    from damc.ranking import paired_bootstrap
 
     runs = [(d.name, records_by_key(d / "message"), records_by_key(d / "system")) for d in out_dirs]
     keys = sorted({k for _, m, _ in runs for k, _ in m})

@@ -2,11 +2,11 @@
 
     python scripts/demo.py [out_dir=runs/demo] [evaluate.budgets=[512,1024]]
 
-The work is done by `damc.eval.pipelines.main(cfg)`.
+The work is done by `damc.pipeline.stages.main(cfg)`.
 """
 
 from damc.cli import run
-from damc.eval.pipelines import main
+from damc.pipeline.stages import main
 
 if __name__ == "__main__":
     run("demo", main)

@@ -4,7 +4,7 @@
     python scripts/explain.py episode data/samples/bfcl_sample.jsonl [--index K] [--episode ID]
 """
 
-from damc.runtime.explain import main
+from damc.bench.explain import main
 
 if __name__ == "__main__":
     main()

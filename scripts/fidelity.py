@@ -22,7 +22,7 @@ def cli() -> None:
     p.add_argument("--max-decisions", type=int, default=None)
     p.add_argument("--json", default=None, help="also write the result here")
     args = p.parse_args()
-    from damc.data.episodes import atomic_write_text
+    from damc.episodes import atomic_write_text
     from damc.scorer.metrics import scorer_fidelity
 
     episodes = None

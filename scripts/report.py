@@ -19,7 +19,7 @@ def cli() -> None:
     p.add_argument("--operating", default=None, help="operating_points.json (chosen on dev) to report each policy at")
     p.add_argument("--out", default=None, help="also write the Markdown here")
     args = p.parse_args()
-    from damc.data.episodes import atomic_write_text
+    from damc.episodes import atomic_write_text
     from damc.eval.report import load_operating, load_results, report
 
     named = {}

@@ -7,11 +7,11 @@ synthetic and τ²-bench retail labels, every dataset's test split evaluated thr
 
 Finished stages are skipped while their settings are unchanged; labelling and evaluation resume per decision.
 Writes `<out_dir>/report.md` (tables, Pareto fronts, operating points, targets, stage times).
-The work is done by `damc.eval.study.run_study(cfg)`.
+The work is done by `damc.pipeline.reproduce.run_study(cfg)`.
 """
 
 from damc.cli import run
-from damc.eval.study import run_study
+from damc.pipeline.reproduce import run_study
 
 if __name__ == "__main__":
     run("study", run_study)

@@ -14,6 +14,8 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
+from damc.extras import extra_of  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "data" / "samples"
 
@@ -30,7 +32,7 @@ def samples_dir() -> Path:
 
 def small_episode(n_msgs: int = 13):
     """A real synthetic support episode cut after a few decisions, tools trimmed to those it uses."""
-    from damc.data.episodes import Episode
+    from damc.episodes import Episode
     from damc.data.synthetic import generate_episodes
 
     ep = generate_episodes(1, seed=0)[0]
@@ -59,10 +61,11 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-# Modules a light install (`pip install damc`, no extras) does not have.
-NOT_IN_LIGHT = ("torch", "transformers", "sentence_transformers", "accelerate", "datasets", "wandb", "hydra",
-                "omegaconf", "sklearn", "gguf", "safetensors", "onnx", "pandas", "pyarrow", "scipy", "matplotlib",
-                "bm25s", "langchain_core")
+# Modules a light install (`pip install damc`, no extras) does not have: the extras' modules, read from the
+# package metadata (damc.extras.extra_of), but requests, which the base install brings too (tokenizers ->
+# huggingface-hub -> requests).
+ALSO_IN_LIGHT = ("requests",)
+NOT_IN_LIGHT = tuple(m for m in extra_of() if m not in ALSO_IN_LIGHT)
 
 _HIDE = """
 import importlib.machinery, sys

@@ -6,7 +6,7 @@ import pytest
 
 from damc.cards import (Card, card_id, cards_before, critical_atoms, detect_status, encode_episode, encode_messages,
                         parse_result, token_counter)
-from damc.data.episodes import EpisodeFormatError
+from damc.episodes import EpisodeFormatError
 from test_episodes import make_episode
 
 

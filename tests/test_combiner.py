@@ -53,7 +53,7 @@ def test_a_heldout_fit_does_not_inherit_the_students_in_sample_confidence(caplog
     """On its training rows the student has fitted the labels (here: exactly); on new decisions it is noise and
     recency is what predicts the teacher. Fitted on the training rows the combiner trusts the student; fitted
     on the held-out rows (out-of-sample student scores) it ranks new decisions by what really predicts them."""
-    from damc.eval.metrics import spearman
+    from damc.ranking import spearman
 
     def rows(seed, n_dec=20):
         df, _ = _rows(n_dec=n_dec, seed=seed)

@@ -9,7 +9,7 @@ import pytest
 from damc.cards import Card, critical_atoms, encode_messages
 from damc.runtime.compress import LLMCompressor, TemplateCompressor
 from damc.templates import missing_atoms, required_atoms, summarize_result, template_compress
-from damc.data.episodes import load_episodes
+from damc.episodes import load_episodes
 
 
 def _tool_card(name, args, result, i=1):
@@ -166,8 +166,8 @@ def test_field_lines_hold_the_gold_values_of_real_tau2_key_cards():
     raw text that the lines keep — every one with field lines that keep every id, ≥ 90 % focused, fewer with the
     template."""
     from damc.cards import encode_episode
-    from damc.data.episodes import decision_points
-    from damc.eval.policies import gold_values, holds_any
+    from damc.episodes import decision_points
+    from damc.facts import gold_values, holds_any
     from damc.query import render_decision_query
 
     need = kept_tpl = kept_fld = kept_all = 0

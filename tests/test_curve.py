@@ -27,7 +27,7 @@ def test_train_decisions_must_be_a_positive_count(bad):
 
 
 def _cfg(tmp_path, *extra):
-    from damc.eval.pipelines import compose_stage
+    from damc.pipeline.stages import compose_stage
 
     return compose_stage("learning_curve", [
         "labels_path=data/samples/scorer_labels_sample.jsonl", "dev=data/samples/synthetic_sample.jsonl",
@@ -41,7 +41,7 @@ def _cfg(tmp_path, *extra):
 
 @pytest.mark.slow
 def test_learning_curve_trains_each_size_once_and_resumes(tmp_path, capsys):
-    from damc.eval.curve import main
+    from damc.pipeline.curve import main
 
     res = main(_cfg(tmp_path))
     pts = res["points"]
@@ -72,7 +72,7 @@ def test_learning_curve_trains_each_size_once_and_resumes(tmp_path, capsys):
 
 
 def test_dev_sets_are_named_by_folder_then_stem():
-    from damc.eval.curve import dev_sets
+    from damc.pipeline.curve import dev_sets
 
     assert dev_sets("runs/s/data/tau2_retail/dev.jsonl") == {"tau2_retail": Path("runs/s/data/tau2_retail/dev.jsonl")}
     named = dev_sets(["a/syn/dev.jsonl", "a/syn/other.jsonl", "b/syn/other.jsonl"])
@@ -82,7 +82,7 @@ def test_dev_sets_are_named_by_folder_then_stem():
 
 
 def test_labels_digest_changes_when_label_rows_grow(tmp_path):
-    from damc.eval.curve import labels_digest
+    from damc.pipeline.curve import labels_digest
 
     (tmp_path / "shards").mkdir()
     (tmp_path / "shards" / "a.parquet").write_bytes(b"x" * 10)
@@ -94,7 +94,7 @@ def test_labels_digest_changes_when_label_rows_grow(tmp_path):
 
 
 def test_learning_curve_errors_name_the_setting(tmp_path):
-    from damc.eval.curve import main
+    from damc.pipeline.curve import main
 
     with pytest.raises(ValueError, match="sizes"):
         main(_cfg(tmp_path, "sizes=[0]"))

@@ -1,8 +1,8 @@
 """`make demo` and `make reproduce` end to end on shrunken profiles, every stage for real.
 
-`make demo` (`damc.eval.pipelines`): data → labels → train → export (ONNX + int8) → evaluate on a few synthetic
+`make demo` (`damc.pipeline.stages`): data → labels → train → export (ONNX + int8) → evaluate on a few synthetic
 episodes; a second call skips every finished stage (same fingerprints), a changed setting reruns from its stage.
-`make reproduce` (`damc.eval.study`): the reduced τ²-bench profile (`study_tau2_small`): tau2 retail replayed,
+`make reproduce` (`damc.pipeline.reproduce`): the reduced τ²-bench profile (`study_tau2_small`): tau2 retail replayed,
 labelled, one student, dev sweep → operating points → test, report.md — then a rerun does nothing.
 """
 
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_demo_pipeline_runs_every_stage_and_resumes(tmp_path, capsys):
-    from damc.eval.pipelines import compose_stage, main
+    from damc.pipeline.stages import compose_stage, main
 
     out = tmp_path / "demo"
     overrides = [
@@ -46,8 +46,8 @@ def test_demo_pipeline_runs_every_stage_and_resumes(tmp_path, capsys):
 
 def test_the_small_tau2_study_runs_end_to_end_and_resumes(tmp_path, capsys):
     pytest.importorskip("tau2")
-    from damc.eval.pipelines import compose_stage
-    from damc.eval.study import run_study
+    from damc.pipeline.stages import compose_stage
+    from damc.pipeline.reproduce import run_study
 
     cfg = compose_stage("study", ["experiment=study_tau2_small", f"out_dir={tmp_path}"])
     out = run_study(cfg)
@@ -99,7 +99,7 @@ def test_a_stage_made_with_another_render_version_is_not_reused(monkeypatch):
     from omegaconf import OmegaConf
 
     import damc.query
-    from damc.eval.pipelines import fingerprint
+    from damc.pipeline.stages import fingerprint
 
     cfg = OmegaConf.create({"out_dir": "x", "estimator": {"name": "loi"}})
     now = fingerprint("label", cfg, "before")
@@ -111,7 +111,7 @@ def test_a_stage_made_with_another_render_version_is_not_reused(monkeypatch):
 def test_a_label_stage_rerun_over_labels_of_other_settings_labels_afresh(tmp_path, capsys):
     """After an upgrade (e.g. a new render version) `make demo` reruns its label stage into the same directory:
     labels of other settings there are replaced (said on the console); labels of the same settings resume."""
-    from damc.eval.pipelines import compose_stage, relabel_if_stale
+    from damc.pipeline.stages import compose_stage, relabel_if_stale
     from damc.teacher.label import _fingerprint, labels_made_with_other_settings
 
     out = tmp_path / "labels"

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from damc.data.episodes import (Episode, EpisodeFormatError, action_json, decision_points, load_episodes,
+from damc.episodes import (Episode, EpisodeFormatError, action_json, decision_points, load_episodes,
                                 make_distractors, render_action, write_episodes)
 
 

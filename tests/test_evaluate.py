@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 from hydra import compose, initialize
 
-from damc.data.episodes import load_episodes, write_episodes
-from damc.eval.metrics import exact_match, multiple_choice, parse_action
-from damc.eval.stats import bootstrap_ci, paired_bootstrap
+from damc.episodes import load_episodes, write_episodes
+from damc.eval.metrics import exact_match, multiple_choice
+from damc.facts import parse_action
+from damc.ranking import bootstrap_ci, paired_bootstrap
 
 ALL_POLICIES = ["full", "window", "obs_mask", "recency", "similarity", "bm25", "llm_judge", "generative_agents",
                 "heuristic", "damc_knn", "damc", "damc_teacher", "oracle"]
@@ -54,7 +55,7 @@ def pipeline(tmp_path_factory) -> dict[str, Path]:
 
 def _prefix(ep, n_calls: int):
     """The episode cut after the results of its first `n_calls` tool-calling assistant messages."""
-    from damc.data.episodes import Episode
+    from damc.episodes import Episode
 
     seen, cut = 0, len(ep.messages)
     for i, m in enumerate(ep.messages):
@@ -121,8 +122,9 @@ def test_damc_in_the_harness_builds_the_prompt_a_user_gets_from_the_runtime(pipe
     """The record's prompt is exactly `DecisionAwareMemory(path, scorer=...)`'s context for that decision."""
     import hashlib
 
-    from damc.data.episodes import decision_points
+    from damc.episodes import decision_points
     from damc.eval.harness import main
+    from damc.eval.policies import decision_messages
     from damc.models import load_tokenizer
     from damc.runtime.memory import DecisionAwareMemory
     from damc.runtime.select import TopK
@@ -140,7 +142,8 @@ def test_damc_in_the_harness_builds_the_prompt_a_user_gets_from_the_runtime(pipe
                                    selector=TopK(None))
         ctx = user.build_context(dp.context, ep.tools, budget_tokens=256)
         assert [s.card_id for s in ctx.selected] == r["kept_card_ids"]
-        assert hashlib.sha1(json.dumps(ctx.messages, ensure_ascii=False).encode()).hexdigest() == r["prompt_hash"]
+        prompt = decision_messages(dp.context, ep.tools, ctx)   # the harness's rendering for its local model
+        assert hashlib.sha1(json.dumps(prompt, ensure_ascii=False).encode()).hexdigest() == r["prompt_hash"]
         user.close()
 
 

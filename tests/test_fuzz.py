@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from damc.cards import Card, encode_messages, parse_result
 from damc.data.bfcl_replay import BFCLCallParseError, parse_call, parse_calls
-from damc.data.episodes import Episode, EpisodeFormatError, load_episodes
-from damc.eval.metrics import parse_action
+from damc.episodes import Episode, EpisodeFormatError, load_episodes
+from damc.facts import parse_action
 from damc.runtime.ingest import MAX_CARD_CHARS
 from damc.runtime.memory import DecisionAwareMemory
 from damc.templates import template_compress

@@ -38,7 +38,7 @@ def test_hostile_tool_result_stays_inside_the_fence_neutralised(placement):
     if placement == "message":
         assert holders == [1] and ctx.messages[1]["role"] == "user"
         assert ctx.messages[0]["content"] == "You are a careful support agent."    # instructions only
-        assert ctx.messages[2]["content"].startswith("## Tools") and "Ignore" not in ctx.messages[2]["content"]
+        assert ctx.messages[2:] == [_conversation()[-1]] and "Ignore" not in ctx.messages[2]["content"]
     else:
         assert holders == [0]
     # exactly one fence, and every memory line (the hostile one included) sits inside it

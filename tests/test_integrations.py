@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+
+import pytest
 
 from damc.runtime.integrations.openai import DAMCOpenAI
 from damc.runtime.memory import DecisionAwareMemory
@@ -54,8 +57,7 @@ def test_openai_wrapper_rewrites_messages_and_records_history():
     assert out[0] == {"role": "system", "content": "You are a support agent."}   # the agent's own instructions only
     assert out[1]["role"] == "user" and "## Relevant history" in out[1]["content"]
     assert "[oa:2:0] ✗ get_order(order_id=88412) failed: 500" in out[1]["content"]
-    assert out[2]["role"] == "system" and out[2]["content"].startswith("## Tools")
-    assert out[3:] == msgs[-3:]                 # current turn verbatim, tool_calls structure intact
+    assert out[2:] == msgs[-3:]                 # current turn verbatim, tool_calls structure intact; no tool text
     assert len(mem) == 18                        # every message before the current turn became a card
     assert client.last_context.tokens_after < client.last_context.tokens_before
     assert client.models == "models-endpoint"    # other attributes pass through
@@ -94,11 +96,149 @@ def test_langchain_middleware_with_fake_chat_model():
     assert sent[0].type == "system" and "Relevant history" not in sent[0].content
     assert sent[1].type == "human" and "## Relevant history" in sent[1].content
     assert "[lc:2:0] ✗ get_order(order_id=88412) failed: 500" in sent[1].content
-    assert sent[2].type == "system" and "get_order" in sent[2].content
-    assert sent[3:] == lc_msgs[-3:]              # the original LangChain messages of the current turn
+    assert sent[0] is lc_msgs[0]                 # the caller's own system message object
+    assert sent[2:] == lc_msgs[-3:]              # the original LangChain messages of the current turn
     assert sent[-2].tool_calls[0]["args"] == {"order_id": "88412"}
     ctx = mw.contexts[-1]
     assert ctx.tokens_after < ctx.tokens_before and len(mem) == 18
     # a plain string prompt and the with_damc helper
     out = with_damc(FakeMessagesListChatModel(responses=[AIMessage(content="hi")]), DecisionAwareMemory(None)).invoke("hello")
     assert out.content == "hi"
+
+
+# ----------------------------------------------------------------------------- Responses API, async clients
+
+def responses_input() -> list[dict]:
+    """`history()` as Responses API input items (instructions as a developer message, calls as items)."""
+    items: list[dict] = [{"type": "message", "role": "developer",
+                          "content": [{"type": "input_text", "text": "You are a support agent."}]}]
+    for m in history()[1:]:
+        if m["role"] == "tool":
+            items.append({"type": "function_call_output", "call_id": m["tool_call_id"], "output": m["content"]})
+        elif m.get("tool_calls"):
+            items += [{"type": "function_call", "id": "fc_" + c["id"], "call_id": c["id"], "name": c["function"]["name"],
+                       "arguments": c["function"]["arguments"]} for c in m["tool_calls"]]
+        else:
+            items.append({"role": m["role"], "content": m["content"]})
+    items.insert(-2, {"type": "reasoning", "id": "rs_1", "summary": []})   # reasoning before the call: kept
+    return items
+
+
+RESPONSES_TOOLS = [{"type": "function", "name": "get_order", "description": "Look up an order",
+                    "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}}},
+                   {"type": "web_search"}]
+
+
+class FakeResponsesClient:
+    """`client.responses.create(input=...)` as the OpenAI SDK takes it (a dict answer here)."""
+
+    def __init__(self):
+        self.calls = []
+        self.responses = self
+
+    def create(self, **kwargs):
+        self.calls.append(kwargs)
+        return {"output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]}]}
+
+
+def test_openai_wrapper_takes_responses_api_items_and_returns_items():
+    from damc.runtime.integrations.openai import responses_to_chat
+
+    mem = DecisionAwareMemory(None, session_id="rs")
+    fake = FakeResponsesClient()
+    client = DAMCOpenAI(fake, mem)
+    items = responses_input()
+    resp = client.responses.create(model="m", input=items, tools=RESPONSES_TOOLS, instructions="Be kind.")
+    assert resp["output"][0]["content"][0]["text"] == "ok"
+    (sent,) = fake.calls
+    assert sent["tools"] == RESPONSES_TOOLS and sent["instructions"] == "Be kind." and sent["model"] == "m"
+    out = sent["input"]
+    assert out[0] is items[0]                                    # the developer item, the caller's own object
+    assert out[1]["role"] == "user" and "[rs:2:0] ✗ get_order(order_id=88412) failed: 500" in out[1]["content"]
+    assert out[2:] == items[-4:]     # current turn: user message, reasoning, function_call, function_call_output
+    chat, _ = responses_to_chat(items)
+    assert chat[2]["tool_calls"][0]["id"] == "c1" and chat[3] == {"role": "tool", "tool_call_id": "c1",
+                                                                   "content": json.dumps({"status": "error", "code": 500})}
+    assert len(mem) == 18 and client.last_context.tokens_after < client.last_context.tokens_before
+    assert "get_order" in client.last_context.decision_query          # the function tool reached the query
+    client.responses.create(model="m", input="Just a string.")         # a plain string input is one user message
+    assert fake.calls[-1]["input"][-1] == {"role": "user", "content": "Just a string."}
+    with pytest.raises(TypeError, match=r"input\[1\] is a str"):
+        client.responses.create(model="m", input=[items[0], "oops"])
+    # placement=system: the block joins the developer item, still in the Responses API's own part type
+    from damc.runtime.config import MemoryConfig
+
+    sysmem = DecisionAwareMemory(None, session_id="rs2", config=MemoryConfig(placement="system"))
+    DAMCOpenAI(fake, sysmem).responses.create(model="m", input=items)
+    first = fake.calls[-1]["input"][0]
+    assert first["role"] == "developer" and [p["type"] for p in first["content"]] == ["input_text", "input_text"]
+    assert "## Relevant history" in first["content"][1]["text"] and fake.calls[-1]["input"][1:] == items[-4:]
+
+
+def _sdk_style(fn):
+    """What the openai SDK does to its async methods: a plain `functools.wraps` wrapper around the coroutine."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+    return wrapper
+
+
+class FakeAsyncClient:
+    """`AsyncOpenAI`-shaped: `await client.chat.completions.create(...)` / `await client.responses.create(...)`."""
+
+    def __init__(self):
+        self.calls = []
+        self.chat = self
+        self.completions = self
+        self.responses = self
+        self.create = _sdk_style(self._create)
+
+    async def _create(self, **kwargs):
+        await asyncio.sleep(0)
+        self.calls.append(kwargs)
+        return {"choices": [{"message": {"role": "assistant", "content": "ok"}}]}
+
+
+def test_openai_wrapper_with_an_async_client():
+    mem = DecisionAwareMemory(None, session_id="aoa")
+    fake = FakeAsyncClient()
+    client = DAMCOpenAI(fake, mem)
+    msgs = history()
+
+    async def main():
+        resp = await client.chat.completions.create(model="m", messages=msgs, tools=TOOLS)
+        await client.responses.create(model="m", input=responses_input(), tools=RESPONSES_TOOLS)
+        return resp
+
+    resp = asyncio.run(main())
+    assert resp["choices"][0]["message"]["content"] == "ok"
+    chat_call, resp_call = fake.calls
+    assert chat_call["messages"][2:] == msgs[-3:] and "## Relevant history" in chat_call["messages"][1]["content"]
+    assert chat_call["tools"] == TOOLS and resp_call["input"][2:] == responses_input()[-4:]
+    assert len(mem) == 18
+
+
+def test_langchain_middleware_ainvoke_runs_the_memory_off_the_event_loop():
+    from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+    from langchain_core.messages import AIMessage, convert_to_messages
+
+    from damc.runtime.integrations.langchain import damc_middleware
+
+    mem = DecisionAwareMemory(None, session_id="alc")
+    calls = []
+    original = mem.abuild_context
+
+    async def spy(*args, **kwargs):
+        calls.append(kwargs.get("session_id"))
+        return await original(*args, **kwargs)
+
+    mem.abuild_context = spy
+    mw = damc_middleware(mem)
+    chain = mw | FakeMessagesListChatModel(responses=[AIMessage(content="done")])
+    lc_msgs = convert_to_messages(history())
+    ai = asyncio.run(chain.ainvoke(lc_msgs))
+    assert ai.content == "done" and calls == [None] and len(mem) == 18
+    out = asyncio.run(mw.ainvoke(lc_msgs))
+    assert out[0] is lc_msgs[0] and out[2:] == lc_msgs[-3:] and "## Relevant history" in out[1].content

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from damc.runtime.explain import explain_store
+from damc.bench.explain import explain_store
 from damc.runtime.memory import DecisionAwareMemory
 
 TOOLS = [{"type": "function", "function": {"name": "get_order", "parameters": {"type": "object", "properties": {}}}}]

@@ -55,7 +55,7 @@ def scorer_dir(tmp_path_factory) -> Path:
 
 
 def _decision(n_msgs: int = 13):
-    from damc.data.episodes import load_episodes
+    from damc.episodes import load_episodes
 
     ep = load_episodes(SAMPLES / "synthetic_sample.jsonl")[0]
     return ep.messages[:n_msgs], ep.tools
@@ -140,7 +140,7 @@ except MissingExtraError as e:
 
 def test_onnx_encoders_match_sentence_transformers_on_real_cards(scorer_dir):
     from damc.cards import encode_episode
-    from damc.data.episodes import load_episodes
+    from damc.episodes import load_episodes
     from damc.models import load_sentence_encoder
     from damc.query import card_document
     from damc.runtime.encoder import OnnxEncoder

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from damc.runtime.loadtest import run_concurrent
+from damc.bench.loadtest import run_concurrent
 
 
 def test_threads_read_back_exactly(tmp_path):

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize
 
-from damc.data.episodes import load_episodes
-from damc.data.make import main, split_episodes, summarize
+from damc.data.make import main, summarize
+from damc.episodes import load_episodes, split_episodes
 from damc.data.synthetic import generate_episodes
 
 ROOT = Path(__file__).resolve().parents[1]

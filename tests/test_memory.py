@@ -9,9 +9,8 @@ import pytest
 
 from damc.cards import Card, encode_messages
 from damc.templates import required_atoms, template_compress
-from damc.data.episodes import EpisodeFormatError
+from damc.episodes import EpisodeFormatError
 from damc.runtime.memory import Context, DecisionAwareMemory
-from damc.prompting import message_to_chat
 from damc.runtime.select import TopK
 from damc.runtime.valuers import (CachedValuer, CrossEncoderScorer, HeuristicValuer, HybridValuer, KNNValuer, LLMJudgeValuer,
                         ScorerValuer, is_constraint, parse_rating)
@@ -58,13 +57,12 @@ def built(tmp_path_factory):
 def test_context_keeps_current_turn_verbatim_and_the_error(built):
     mem, msgs, ctx, _ = built
     assert isinstance(ctx, Context)
-    assert ctx.messages[-1] == message_to_chat(msgs[-1])           # the current user turn, verbatim
-    assert ctx.openai_messages()[3:] == [msgs[-1]]
+    assert ctx.messages[-1] == msgs[-1]                             # the current user turn, verbatim
+    assert ctx.openai_messages() == ctx.messages
     assert ctx.messages[0] == {"role": "system", "content": "You are a support agent."}
-    assert [m["role"] for m in ctx.messages] == ["system", "user", "system", "user"]   # system, memory, tools, turn
+    assert [m["role"] for m in ctx.messages] == ["system", "user", "user"]   # caller's system, memory, turn
     system = ctx.messages[1]["content"]   # the fenced memory records
     assert system.startswith("## Relevant history") and "<memory_records>" in system
-    assert ctx.messages[2]["content"].startswith("## Tools")
     kept = {s.card_id for s in ctx.selected}
     assert "default:2:0" in kept                                    # the failed get_order call (pinned, id overlap)
     assert "default:53" in kept                                     # the changed requirement
@@ -109,7 +107,7 @@ def test_auto_ingest_is_idempotent_and_persists(built):
     again = DecisionAwareMemory(path, context_window=4096)
     assert len(again) == len(mem) and again.expand("default:2:0") == mem.expand("default:2:0")
     assert again.index.sync() == 0 and again.index.last_rebuild_reason is None
-    from damc.runtime.explain import main
+    from damc.bench.explain import main
 
     data = main(["store", str(path)])
     assert data["session_id"] == "default" and data["selected"]
@@ -292,7 +290,7 @@ def test_llm_judge_expected_rating_with_smollm2():
 
 
 def test_explain_episode_cli(capsys):
-    from damc.runtime.explain import main
+    from damc.bench.explain import main
 
     data = main(["episode", "data/samples/bfcl_sample.jsonl"])
     out = capsys.readouterr().out

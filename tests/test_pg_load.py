@@ -20,7 +20,7 @@ import time
 import pytest
 
 from damc.cards import encode_messages
-from damc.runtime.loadtest import TOOLS, _collect, cards_digest, turn
+from damc.bench.loadtest import TOOLS, _collect, cards_digest, turn
 from damc.runtime.scope import Scope
 from test_store_backends import HashEncoder
 

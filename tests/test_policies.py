@@ -8,10 +8,10 @@ import json
 import pytest
 
 from damc.cards import token_counter
-from damc.data.episodes import decision_points
+from damc.episodes import decision_points
 from damc.data.synthetic import generate_episodes
-from damc.eval.policies import (POLICIES, CardPolicy, DecisionView, GoldView, PolicyEnv, Setting, make_policy,
-                                trim_history)
+from damc.eval.policies import (POLICIES, CardPolicy, DecisionView, GoldView, PolicyEnv, Setting, decision_messages,
+                                make_policy, trim_history)
 from damc.models import load_tokenizer
 from damc.prompting import HISTORY_HEADER, message_to_chat
 from damc.runtime.memory import DecisionAwareMemory
@@ -64,7 +64,7 @@ def test_a_card_policy_is_exactly_the_runtime_a_user_calls(setup):
         user.observe(view.messages[:k])
     ctx = user.build_context(list(view.messages), list(view.tools), budget_tokens=512)
     out = _build("heuristic", setup, Setting(512, top_k=12))   # the user's default selector is TopK(12)
-    assert out.messages == ctx.messages
+    assert out.messages == decision_messages(view.messages, view.tools, ctx)   # the harness's text rendering of it
     assert out.kept_card_ids == [s.card_id for s in ctx.selected] and ctx.selected
     assert sorted(out.candidate_ids) == sorted(ctx.candidate_ids)
 

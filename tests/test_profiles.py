@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from damc.eval.pipelines import compose_stage
-from damc.eval.study import Study
+from damc.pipeline.stages import compose_stage
+from damc.pipeline.study import Study
 
 PROFILES = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "damc" / "configs" / "experiment")
                   .glob("study_*.yaml"))

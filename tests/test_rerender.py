@@ -7,7 +7,7 @@ import sys
 import pytest
 from conftest import LABEL_SAMPLE, ROOT, SAMPLES, label_sample_rows, write_jsonl
 
-from damc.data.episodes import load_episodes
+from damc.episodes import load_episodes
 from damc.labels import LabelFormatError, load_labels
 from damc.query import RENDER_VERSION, query_body, render_decision_query
 from damc.teacher.rerender import rerender_labels

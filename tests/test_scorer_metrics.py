@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from damc.scorer.losses import listwise_kl, pointwise_mse
-from damc.eval.metrics import ndcg_at_k, recall_at, spearman
-from damc.eval.stats import bootstrap_ci, summarize_values as summarize
+from damc.ranking import bootstrap_ci, ndcg_at_k, recall_at, spearman
+from damc.ranking import summarize_values as summarize
 from damc.scorer.metrics import fidelity
 
 

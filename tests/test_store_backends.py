@@ -360,7 +360,7 @@ def test_pg_scoped_search_never_starves_a_small_scope(pg_url):
 # ----------------------------------------------------------------------------- build_context end to end
 
 def _conversation(turns: int) -> list[dict]:
-    from damc.runtime.loadtest import turn
+    from damc.bench.loadtest import turn
 
     import random
 
@@ -374,7 +374,7 @@ def _conversation(turns: int) -> list[dict]:
 def test_build_context_end_to_end_same_on_both_backends(tmp_path, pg_url):
     """One conversation through the real encoder (int8 ONNX all-MiniLM-L6-v2) into SQLite + FAISS and into
     PostgreSQL + pgvector: the same cards are stored, the same candidates found and the same prompt built."""
-    from damc.runtime.loadtest import TOOLS, cards_digest
+    from damc.bench.loadtest import TOOLS, cards_digest
     from damc.runtime.memory import DecisionAwareMemory, MemoryConfig
 
     out = {}

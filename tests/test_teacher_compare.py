@@ -110,7 +110,7 @@ def test_confuser_precision_per_estimator():
 def test_fact_hits_credit_a_later_card_that_repeats_a_key_fact(fakes, tmp_path):
     """A key card is where a gold value first appears; `holds_fact` marks every candidate holding one (the first
     occurrence included), and fact@1 counts a top card that repeats the fact where hit@1 does not."""
-    from damc.data.episodes import Episode
+    from damc.episodes import Episode
     from damc.data.synthetic import generate_episodes
     from damc.teacher.compare import summarize
 

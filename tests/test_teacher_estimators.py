@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from conftest import small_episode
 
-from damc.data.episodes import Episode, decision_points
+from damc.episodes import Episode, decision_points
 from damc.prompting import HISTORY_HEADER, action_text, format_prompt
 from damc.teacher.context import build_context, candidate_cards, memory_line
 from damc.teacher.estimators import AblationLasso, GroupedLeaveOneOut, LeaveOneIn, LeaveOneOut, LooLoi
@@ -241,7 +241,7 @@ def test_fields_render_gives_the_fields_lines_and_the_same_prompt_algebra(teache
 def _look_alike_decision():
     """A decision whose gold uses order 88412 while a look-alike card lists the caller's other order, 77301 — the
     value the episode's recorded rival (`distractors`) uses."""
-    from damc.data.episodes import Episode
+    from damc.episodes import Episode
 
     call, tools = _call, _TOOLS
     msgs = [{"role": "system", "content": "You are a support agent. Call tools as name(arg=value)."},

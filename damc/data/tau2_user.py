@@ -18,7 +18,7 @@ offline needs the turns such a caller would say, so this module
 Nothing is invented: every info turn is the scenario's own text, changed only in grammatical person.
 `task_instructions` (how the simulator should behave: tone, when to insist) are never spoken.
 
-The same value matching (`value_pattern`, `card_text`) finds the key cards (`key_card_ids`: the user turn
+The same value matching (`damc.facts.value_pattern`, `damc.facts.card_text`) finds the key cards (`key_card_ids`: the user turn
 or tool result that first holds a gold value), so a sentence revealed "because action i needs value v"
 is exactly a card holding v.
 
@@ -35,13 +35,13 @@ Example:
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from damc.cards import card_id
+from damc.facts import card_text, first_holder, value_pattern
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +49,6 @@ logger = logging.getLogger(__name__)
 SPOKEN_FIELDS = ("reason_for_call", "known_info", "unknown_info")
 # Explicit confirmations before write actions, used in turn (1st, 2nd, ... write of an episode).
 CONFIRMATIONS = ("Yes, please go ahead.", "Yes, I confirm. Please proceed.", "Yes, that's correct, go ahead.")
-MIN_VALUE_CHARS = 3  # shortest value (characters) that can tie a sentence or card to a gold action
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=[\"'(\[]?[A-Z0-9#])|\n+")
 # Conduct directives addressed to the simulator, not things a caller says (dropped unless they hold a value).
@@ -125,53 +124,6 @@ class UserTurn:
     kind: str
     text: str
     fields: tuple[str, ...] = ()
-
-
-# ----------------------------------------------------------------------------- value matching
-
-def value_pattern(value: Any) -> re.Pattern[str] | None:
-    """A regex finding `value` as a whole token in text, or None for values too short to be a fact.
-
-    Strings match verbatim between non-word characters (`Yusuf`, `credit_card_9513926`); a leading "#"
-    (retail order ids) is optional, since callers say "order W2378156" as often as "#W2378156".
-    Numbers match their JSON forms (`348` also matches `348.0`, never `348.5` or `1348`).
-    """
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        return None
-    if isinstance(value, str):
-        s = value.strip()
-        hash_ = s.startswith("#")
-        core = s[1:] if hash_ else s
-        if len(core) < MIN_VALUE_CHARS:
-            return None
-        start = r"(?<![A-Za-z0-9_#])#?" if hash_ else r"(?<![A-Za-z0-9_])"
-        return re.compile(start + re.escape(core) + r"(?![A-Za-z0-9_])")
-    forms = {json.dumps(value)}
-    if float(value).is_integer():
-        forms |= {str(int(value)), f"{int(value)}.0"}
-    forms = {f for f in forms if len(f.lstrip("-")) >= MIN_VALUE_CHARS}
-    if not forms:
-        return None
-    alt = "|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True))
-    return re.compile(r"(?<![0-9.])(?:" + alt + r")(?![0-9]|\.[0-9])")
-
-
-def _leaves(x: Any) -> list[str]:
-    """Keys and scalar leaves of a parsed JSON value, as strings."""
-    if isinstance(x, dict):
-        return [t for k, v in x.items() for t in [str(k), *_leaves(v)]]
-    if isinstance(x, list):
-        return [t for v in x for t in _leaves(v)]
-    return [] if x is None else [json.dumps(x) if isinstance(x, float) else str(x)]
-
-
-def card_text(content: str | None) -> str:
-    """The searchable text of a tool result or user message: JSON leaves and keys one a line, else as is."""
-    s = content or ""
-    try:
-        return "\n".join(_leaves(json.loads(s)))
-    except (TypeError, ValueError):
-        return s
 
 
 # ----------------------------------------------------------------------------- sentences
@@ -304,8 +256,7 @@ def key_card_ids(episode_id: str, messages: list[dict[str, Any]],
     facts: dict[str, list[Any]] = {}
     for k, m in enumerate(messages):
         for v in values.get(k, []):
-            pat = value_pattern(v)
-            hit = next((cid for cid, text in cards if pat is not None and pat.search(text)), None)
+            hit = first_holder(value_pattern(v), cards)
             if hit is not None:
                 keys.setdefault(str(k), [])
                 if hit not in keys[str(k)]:

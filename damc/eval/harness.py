@@ -44,10 +44,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from damc.cards import Card, cards_before, encode_episode, token_counter
-from damc.data.episodes import DecisionPoint, Episode, decision_points, load_episodes, make_distractors
+from damc.episodes import DecisionPoint, Episode, decision_points, load_episodes, make_distractors
 from damc.eval.metrics import exact_match, multiple_choice, prompt_values
 from damc.eval.policies import (POLICIES, CardPolicy, DecisionView, GoldView, Policy, PolicyEnv, PolicyOutput, Setting,
-                                confuser_values, gold_values, holds_any, make_policy)
+                                make_policy)
+from damc.facts import confuser_values, gold_values, holds_any
 from damc.eval.records import RecordLog, fingerprints
 from damc.eval.results import NO_BUDGET, aggregate, results_table, write_results
 from damc.prompting import action_text, format_prompt

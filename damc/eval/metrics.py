@@ -8,31 +8,29 @@ Per decision:
 * **exact match** (optional) — a greedy generation names the same tools with the same arguments.
 
 Per decision and card ranking (teacher fidelity, key-card hits): **spearman**, **ndcg@k**, **recall_at**
-(teacher top-3 in a ranking's top-5) and **hit_at_k** (a key card among the k best).
+and **hit_at_k** live on the ground floor (`damc.ranking`), shared with the teacher and the scorer.
 
 Over decisions (`summarize_records`): means and medians with 95 % bootstrap intervals from
-`damc.eval.stats` — accuracy resamples *episodes* (a cluster bootstrap), since decisions of one episode
+`damc.ranking` — accuracy resamples *episodes* (a cluster bootstrap), since decisions of one episode
 are not independent.
 
 Example:
     >>> mc = multiple_choice([np.array([-0.1, -0.2]), np.array([-2.0]), np.array([-1.0, -0.5])])
     >>> mc.correct, round(mc.gold_logprob, 2)
     (True, -0.3)
-    >>> spearman([0.4, 0.1, 0.0, 1.0], [0.5, 0.0, -0.1, 2.0])
-    1.0
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
-from damc.data.episodes import call_arguments
-from damc.eval.stats import bootstrap_ci
+from damc.episodes import call_arguments
+from damc.facts import holds_any, parse_action
+from damc.ranking import bootstrap_ci
 
 
 @dataclass
@@ -70,57 +68,6 @@ def multiple_choice(token_logprobs: Sequence[np.ndarray]) -> MCResult:
 
 # ----------------------------------------------------------------------------- exact match
 
-_CALL_RE = re.compile(r"([A-Za-z_][\w.]*)\((.*)\)\s*$", re.S)
-
-
-def parse_action(text: str) -> list[tuple[str, dict[str, Any]]] | str:
-    """Parse `name(arg=value, ...); name(...)` (canonical action text) into calls, else the stripped text.
-
-    Values are read as JSON where they are JSON, else kept as strings; unparseable text stays text.
-    """
-    text = (text or "").strip()
-    calls = []
-    for part in _split_top(text, ";"):
-        m = _CALL_RE.match(part.strip())
-        if not m:
-            return text
-        args: dict[str, Any] = {}
-        for kv in _split_top(m.group(2), ","):
-            if not kv.strip():
-                continue
-            if "=" not in kv:
-                return text
-            k, v = kv.split("=", 1)
-            try:
-                args[k.strip()] = json.loads(v.strip())
-            except (json.JSONDecodeError, RecursionError):
-                args[k.strip()] = v.strip().strip("'\"")
-        calls.append((m.group(1), args))
-    return calls or text
-
-
-def _split_top(s: str, sep: str) -> list[str]:
-    """Split on `sep` outside brackets and quotes."""
-    out, depth, quote, cur = [], 0, None, []
-    for i, ch in enumerate(s):
-        if quote:
-            if ch == quote and s[i - 1] != "\\":
-                quote = None
-        elif ch in "\"'":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == sep and depth == 0:
-            out.append("".join(cur))
-            cur = []
-            continue
-        cur.append(ch)
-    out.append("".join(cur))
-    return out
-
-
 def exact_match(generated: str, gold_message: dict[str, Any]) -> dict[str, bool]:
     """Tool-name and full (name + arguments) exact match of a generation against the gold message."""
     gold_calls = [(c["function"]["name"], call_arguments(c)) for c in gold_message.get("tool_calls") or []]
@@ -136,51 +83,6 @@ def exact_match(generated: str, gold_message: dict[str, Any]) -> dict[str, bool]
 
 def _norm(args: dict[str, Any]) -> str:
     return json.dumps(args, sort_keys=True, default=str)
-
-
-# ----------------------------------------------------------------------------- ranking (teacher fidelity)
-
-def spearman(scores: Sequence[float], deltas: Sequence[float]) -> float:
-    """Spearman correlation (average ranks for ties, `scipy.stats.spearmanr`); NaN when either side is constant."""
-    from damc.extras import requires
-
-    with requires("Spearman correlation"):
-        from scipy.stats import spearmanr
-
-    a, b = np.asarray(scores, dtype=np.float64), np.asarray(deltas, dtype=np.float64)
-    if len(a) < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
-        return float("nan")
-    return float(spearmanr(a, b).statistic)
-
-
-def ndcg_at_k(scores: Sequence[float], deltas: Sequence[float], k: int = 5) -> float:
-    """NDCG@k of the score order with gains max(delta, 0); NaN when no card has a positive delta."""
-    s, g = np.asarray(scores, dtype=np.float64), np.clip(np.asarray(deltas, dtype=np.float64), 0, None)
-    if g.sum() <= 0:
-        return float("nan")
-    disc = 1.0 / np.log2(np.arange(2, k + 2))
-    top = np.argsort(-s, kind="stable")[:k]
-    ideal = np.sort(g)[::-1][:k]
-    return float((g[top] * disc[:len(top)]).sum() / (ideal * disc[:len(ideal)]).sum())
-
-
-def recall_at(scores: Sequence[float], deltas: Sequence[float], k_teacher: int = 3, k_pred: int = 5) -> float:
-    """Share of the teacher's top-`k_teacher` cards inside the scorer's top-`k_pred`; NaN if n ≤ k_pred."""
-    s, d = np.asarray(scores, dtype=np.float64), np.asarray(deltas, dtype=np.float64)
-    if len(s) <= k_pred:
-        return float("nan")
-    teacher = set(np.argsort(-d, kind="stable")[:k_teacher].tolist())
-    pred = set(np.argsort(-s, kind="stable")[:k_pred].tolist())
-    return len(teacher & pred) / len(teacher)
-
-
-def hit_at_k(scores: Sequence[float], is_key: Sequence[bool], k: int) -> float:
-    """1.0 when a key card is among the `k` best-scored cards (ties: the earlier card), NaN without key cards."""
-    keys = np.asarray(is_key, dtype=bool)
-    if not keys.any():
-        return float("nan")
-    top = np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")[:k]
-    return float(keys[top].any())
 
 
 def summarize_records(records: Sequence[dict[str, Any]], *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
@@ -263,7 +165,6 @@ def prompt_values(messages: list[dict[str, Any]], need: Sequence[str], turn: str
     not the cards behind them): `value_recall`, the share of `need` (the gold's history-only values) in it (None
     when there are none), and `prompt_confuser`, whether it holds one of `confusers` (distractor values) that the
     current `turn` text does not (None when there are none)."""
-    from damc.eval.policies import holds_any   # policies builds on the runtime; metrics stays import-light
 
     text = json.dumps([m for m in messages if m.get("role") != "system"], ensure_ascii=False)
     conf = [v for v in confusers if not holds_any(turn, [v])]

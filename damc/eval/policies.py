@@ -42,7 +42,6 @@ Example:
 from __future__ import annotations
 
 import functools
-import re
 import time
 from abc import abstractmethod
 from typing import Any, Sequence
@@ -50,7 +49,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from damc.cards import encode_messages
-from damc.data.episodes import DecisionPoint, call_arguments, iter_scalars
+from damc.episodes import DecisionPoint
+from damc.facts import gold_values, holds_any
 from damc.prompting import build_decision_messages, message_to_chat
 from damc.runtime.assemble import split_conversation
 from damc.runtime.compress import COMPRESSORS, Compressor
@@ -178,6 +178,21 @@ class ObservationMaskPolicy(MessagePolicy):
 
 # ----------------------------------------------------------------------------- card policies
 
+def decision_messages(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None, context: Any,
+                      placement: str = "message") -> list[dict[str, str]]:
+    """The runtime's context as the small local decision model reads it.
+
+    `build_context` returns the caller's own chat format (tools stay in the API's `tools` parameter). A local
+    model without native tool calling needs them as text and a call syntax: `build_decision_messages` writes
+    the system prompt (DAMC's default when the conversation has none, which tells the model to write calls as
+    `name(arg=value, ...)`), the fenced memory lines the runtime kept (`context.memory_lines`), the tools, and
+    the current turn with calls as canonical text — the same rendering the teacher labels with.
+    """
+    system, _, turn, _ = split_conversation(list(messages))
+    return build_decision_messages(system, tools, [], turn, memory_lines=context.memory_lines or None,
+                                   placement=placement)
+
+
 class CardPolicy(Policy):
     """A valuer plugged into `DecisionAwareMemory.build_context`; subclasses implement `make_valuer`.
 
@@ -210,7 +225,8 @@ class CardPolicy(Policy):
         ctx = memory.build_context(list(view.messages), list(view.tools) or None, budget_tokens=setting.budget,
                                    session_id=view.session_id, now=view.now, valuer=valuer,
                                    selector=self.selector(setting), compressor=self.compressor(setting))
-        return PolicyOutput(ctx.messages, [s.card_id for s in ctx.selected], ctx.candidate_ids, ctx.memory_tokens,
+        return PolicyOutput(decision_messages(view.messages, view.tools, ctx, memory.config.placement),
+                            [s.card_id for s in ctx.selected], ctx.candidate_ids, ctx.memory_tokens,
                             dict(ctx.timings_ms), {s.card_id: s.value for s in ctx.selected})
 
 
@@ -356,39 +372,6 @@ class DAMCTeacherPolicy(CardPolicy):
         return TeacherValuer(env.llm, gold.decision)
 
 
-def gold_values(gold: dict[str, Any]) -> list[str]:
-    """String forms of the gold action's argument values (scalars, and scalars inside lists/dicts), ≥ 2 chars."""
-    vals: list[str] = []
-    for call in gold.get("tool_calls") or []:
-        for x in iter_scalars(call_arguments(call)):
-            s = str(x).strip()
-            if len(s) >= 2 and s not in vals:
-                vals.append(s)
-    return vals
-
-
-def confuser_values(gold: dict[str, Any], distractors: Sequence[str]) -> list[str]:
-    """Argument values of the `distractors` (rendered actions) that the `gold` action does not use — an id, a
-    team, a code: a card holding one of them is a look-alike of what the decision needs."""
-    from damc.eval.metrics import parse_action
-
-    used = set(gold_values(gold))
-    out: list[str] = []
-    for d in distractors:
-        calls = parse_action(d)
-        for _, args in calls if isinstance(calls, list) else []:
-            for x in iter_scalars(args):
-                s = str(x).strip()
-                if len(s) >= 2 and s not in used and s not in out:
-                    out.append(s)
-    return out
-
-
-def holds_any(text: str, values: Sequence[str]) -> bool:
-    """True when `text` contains one of `values` as a whole token (not inside a longer word or number)."""
-    return any(re.search(rf"(?<![\w]){re.escape(v)}(?![\w])", text) for v in values)
-
-
 class OracleValuer(Valuer):
     """1 for the cards holding the gold's facts (`key_card_ids` where recorded, else the gold's argument
     values), 0 otherwise."""
@@ -445,4 +428,4 @@ def make_policy(name: str, **kwargs: Any) -> Policy:
 
 
 __all__ = ["CardPolicy", "DecisionView", "GoldView", "MessagePolicy", "OracleValuer", "POLICIES", "Policy",
-           "PolicyEnv", "PolicyOutput", "Setting", "TeacherValuer", "gold_values", "holds_any", "make_policy"]
+           "PolicyEnv", "PolicyOutput", "Setting", "TeacherValuer", "make_policy"]

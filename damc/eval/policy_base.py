@@ -9,7 +9,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from damc.data.episodes import DecisionPoint
+from damc.episodes import DecisionPoint
 from damc.runtime.compress import COMPRESSORS
 from damc.runtime.store import parse_time
 from damc.runtime.valuers import Valuer

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from damc.eval.records import records_by_key
-from damc.eval.stats import paired_bootstrap
+from damc.ranking import paired_bootstrap
 
 RENDER = "fields"
 
@@ -77,7 +77,7 @@ def compare(out_dir: Path, overrides: list[str]) -> str:
     """Run the harness with both renderings into `out_dir` and return (and write `renders.md`) the table."""
     from hydra import compose, initialize_config_module
 
-    from damc.data.episodes import atomic_write_text
+    from damc.episodes import atomic_write_text
     from damc.eval.harness import main
 
     with initialize_config_module("damc.configs", version_base="1.3"):
@@ -95,9 +95,9 @@ def key_card_lines(path: str | Path, renders: dict[str, Any] | None = None) -> s
     distractor's value (`confuser`), and their length. `renders`: name → `card, query -> text` (default: raw,
     template, fields without focus, fields)."""
     from damc.cards import encode_episode
-    from damc.data.episodes import decision_points, load_episodes, make_distractors
+    from damc.episodes import decision_points, load_episodes, make_distractors
     from damc.eval.harness import Decision
-    from damc.eval.policies import gold_values, holds_any
+    from damc.facts import gold_values, holds_any
     from damc.query import render_decision_query
     from damc.templates import FieldConfig, field_compress, template_compress
 

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from damc.eval.metrics import history_keys, summarize_records
-from damc.eval.stats import paired_bootstrap
+from damc.ranking import paired_bootstrap
 
 BASELINE = "window"
 NO_BUDGET = "none"   # the setting of budget-free policies
@@ -208,7 +208,7 @@ def plot_pareto(results: dict[str, Any], path: Path) -> None:
 
 def write_results(out_dir: Path, results: dict[str, Any]) -> None:
     """results.json, results.md and pareto.png into `out_dir` (each written atomically)."""
-    from damc.data.episodes import atomic_write_text
+    from damc.episodes import atomic_write_text
 
     atomic_write_text(out_dir / "results.json", json.dumps(results, indent=2, default=str))
     cfg = results.get("config", {})

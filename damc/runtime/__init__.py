@@ -5,7 +5,8 @@
 Modules: `store` (SQLite cards), `index` (FAISS over card embeddings), `encoder` (torch-free ONNX sentence
 encoder), `valuers` (how much a card matters), `knn` (the teacher's non-parametric value), `select`
 (which cards, under a token budget), `compress` (one `[card_id]` line per card), `assemble` (the prompt),
-`memory` (`DecisionAwareMemory`), `explain` (why each card was kept or dropped), `integrations/`
+`memory` (`DecisionAwareMemory`), `verbs` / `store_verbs` (Mem0's verbs: list, search, history, delete, erase),
+`explain` (why each card was kept or dropped), `integrations/`
 (OpenAI client wrapper, LangChain middleware).
 
 Import rules (checked by tests/test_architecture.py): the runtime never imports the teacher, scorer

@@ -110,7 +110,7 @@ class Combiner:
         return (np.interp(z, self.iso_x, self.iso_y) + TIE_BREAK * z).astype(np.float32)
 
     def save(self, path: str | Path) -> None:
-        from damc.data.episodes import atomic_write_text
+        from damc.episodes import atomic_write_text
 
         atomic_write_text(Path(path), json.dumps(asdict(self), indent=2))
 

@@ -68,7 +68,9 @@ class Context:
     """The result of `build_context`.
 
     Attributes:
-        messages: the assembled chat messages to send to the model.
+        messages: the assembled chat messages to send to the model, in the caller's own format: its leading
+            system / developer messages, the fenced memory message, then the current turn exactly as given
+            (`damc.runtime.assemble`).
         selected: kept cards (prompt order, oldest first) with scores and compressed text.
         dropped: candidates that were not kept, with the reason.
         decision_query: the query the valuer saw.
@@ -83,7 +85,7 @@ class Context:
         user_id / agent_id: the scope the context was built for.
     """
 
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     selected: list[SelectedCard]
     dropped: list[DroppedCard]
     decision_query: str
@@ -102,15 +104,13 @@ class Context:
     agent_id: str | None = None
 
     @property
-    def prefix_messages(self) -> list[dict[str, str]]:
-        """The assembled messages before the current turn: system, the fenced memory message, tools."""
-        n_turn = len([m for m in self.current_turn if m.get("role") != "system"])
-        return self.messages[: len(self.messages) - n_turn]
+    def prefix_messages(self) -> list[dict[str, Any]]:
+        """The assembled messages before the current turn: the caller's instructions and the memory message."""
+        return self.messages[: len(self.messages) - len(self.current_turn)]
 
     def openai_messages(self) -> list[dict[str, Any]]:
-        """The assembled prefix (system, memory, tools), then the current turn exactly as given (tool-call
-        structure intact), for APIs that need `tool` messages to follow their `tool_calls`."""
-        return self.prefix_messages + [m for m in self.current_turn if m.get("role") != "system"]
+        """`messages` (a copy): already the OpenAI chat format the caller sent, tool-call structure intact."""
+        return list(self.messages)
 
     @property
     def candidate_ids(self) -> list[str]:

@@ -1,23 +1,24 @@
 """Explanations of a built context: which cards were kept or dropped, their scores, tokens saved, and why.
 
 `Explanation` reads a `Context` (or the dict a store keeps for a session's last context) and renders a
-plain-text report; `main(...)` behind `scripts/explain.py` explains either a stored session's last
-context or one decision of an episode file (rebuilt in an in-memory `DecisionAwareMemory`).
+plain-text report. It never imports the memory (the memory imports it); the CLI behind `scripts/explain.py`
+(a stored session's last context, or one decision of an episode file) is `damc.bench.explain`.
 
 Example:
     >>> print(memory.explain(ctx))
-    context for session 'default': 14 candidates of 230 hot cards, 5 kept, 9 dropped
+    context for session 'default' (user 'default'): 14 candidates of 230 hot cards, 5 kept, 9 dropped
     tokens: 3,412 -> 611 (saved 2,801, 82 %); memory 143 / budget 4,894
+
+On a short chat the fenced memory message (its header and note included) can be longer than the history it
+replaces; the tokens line then says what was added ("added 48, +38 %: ...") instead of a negative saving.
     ...
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from damc.runtime.valuers.base import NOT_CROSS_ENCODED
 
@@ -79,17 +80,23 @@ class Explanation:
             out["not_retrieved"] = self.not_retrieved
         return out
 
+    def tokens_line(self) -> str:
+        """Tokens before → after, with what was saved — or, when the context grew, what was added and why."""
+        d = self.data
+        before, after, saved = d["tokens_before"], d["tokens_after"], self.tokens_saved
+        pct = 100.0 * abs(saved) / before if before else 0.0
+        change = (f"saved {saved:,}, {pct:.0f} %" if saved >= 0 else
+                  f"added {-saved:,}, +{pct:.0f} %: the memory message is longer than the history it replaces")
+        return (f"tokens: {before:,} -> {after:,} ({change}); memory {d['memory_tokens']:,} / budget "
+                f"{d['budget_tokens']:,}")
+
     def __str__(self) -> str:
         d = self.data
-        before, after = d["tokens_before"], d["tokens_after"]
-        pct = 100.0 * self.tokens_saved / before if before else 0.0
+        scope = f"user {d.get('user_id', 'default')!r}" + (f", agent {d['agent_id']!r}" if d.get("agent_id") else "")
         lines = [
-            f"context for session {d['session_id']!r} of {d.get('user_id', 'default')}"
-            f"{'/' + d['agent_id'] if d.get('agent_id') else ''}: {d['n_candidates']} candidates of {d['n_hot']} "
-            f"hot cards, "
-            f"{len(self.kept)} kept, {len(self.dropped)} dropped",
-            f"tokens: {before:,} -> {after:,} (saved {self.tokens_saved:,}, {pct:.0f} %); memory "
-            f"{d['memory_tokens']:,} / budget {d['budget_tokens']:,}",
+            f"context for session {d['session_id']!r} ({scope}): {d['n_candidates']} candidates of {d['n_hot']} "
+            f"hot cards, {len(self.kept)} kept, {len(self.dropped)} dropped",
+            self.tokens_line(),
             "timings (ms): " + ", ".join(f"{k} {v:.1f}" for k, v in d["timings_ms"].items()),
             f"valuer {d.get('valuer', '?')}, selector {d.get('selector', '?')}",
         ]
@@ -116,84 +123,3 @@ class Explanation:
 
 def _mark(card: dict[str, Any]) -> str:
     return "  [nce]" if card.get("note") == NOT_CROSS_ENCODED else ""
-
-
-def explain_episode(path: str, index: int | None = None, episode_id: str | None = None, *,
-                    memory_kwargs: dict[str, Any] | None = None) -> Explanation:
-    """Explain the context DAMC would build for one decision of an episode file.
-
-    Args:
-        path: episode JSONL.
-        index: message index of the decision (an assistant message; default: the last one).
-        episode_id: which episode (default: the first).
-        memory_kwargs: extra `DecisionAwareMemory` arguments (e.g. `scorer=...`).
-    """
-    from damc.data.episodes import decision_points, load_episodes
-    from damc.runtime.memory import DecisionAwareMemory
-
-    eps = load_episodes(path)
-    ep = next((e for e in eps if e.episode_id == episode_id), None) if episode_id else eps[0]
-    if ep is None:
-        raise KeyError(f"no episode {episode_id!r} in {path}")
-    dps = decision_points(ep)
-    if not dps:
-        raise ValueError(f"episode {ep.episode_id!r} has no decision points")
-    dp = dps[-1] if index is None else next((d for d in dps if d.index == index), None)
-    if dp is None:
-        raise ValueError(f"message {index} of {ep.episode_id!r} is not a decision point; "
-                         f"decisions: {[d.index for d in dps]}")
-    with DecisionAwareMemory(None, session_id=ep.episode_id, **(memory_kwargs or {})) as mem:
-        ctx = mem.build_context(dp.context, tools=ep.tools)
-    exp = Explanation.from_context(ctx)
-    exp.data["decision_id"] = dp.decision_id
-    exp.data["key_card_ids"] = dp.key_card_ids
-    return exp
-
-
-def explain_store(path: str, session_id: str | None = None, user_id: str = "default",
-                  agent_id: str | None = None) -> Explanation:
-    """The last context a memory at `path` built for a scope's session (the scope's most recent one when None);
-    another scope's contexts are never read."""
-    from damc.runtime.scope import Scope
-    from damc.runtime.storage import open_store
-
-    scope = Scope(user_id, agent_id)
-    with open_store(path) as store:   # a memory directory, a .db file or a postgresql:// URL
-        data = store.last_context(session_id, scope)
-    if data is None:
-        raise LookupError(f"{getattr(store, 'where', None) or getattr(store, 'path', path)} has no recorded context "
-                          f"for scope {scope}" +
-                          (f" and session {session_id!r}" if session_id else ""))
-    return Explanation(data)
-
-
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """CLI: `explain.py store PATH [--session S]` or `explain.py episode FILE [--index K] [--episode ID]`."""
-    ap = argparse.ArgumentParser(prog="explain.py", description=__doc__.split("\n")[0])
-    sub = ap.add_subparsers(dest="what", required=True)
-    s = sub.add_parser("store", help="the last context of a stored session")
-    s.add_argument("path", help="memory directory, .db file or postgresql:// URL")
-    s.add_argument("--session", default=None)
-    s.add_argument("--user", default="default", help="scope: user_id (default: 'default')")
-    s.add_argument("--agent", default=None, help="scope: agent_id (default: none)")
-    e = sub.add_parser("episode", help="a decision of an episode file")
-    e.add_argument("path", help="episode JSONL")
-    e.add_argument("--index", type=int, default=None, help="assistant message index (default: last)")
-    e.add_argument("--episode", default=None, help="episode id (default: first)")
-    e.add_argument("--scorer", default=None, help="exported scorer directory (default: heuristic prior)")
-    e.add_argument("--context-window", type=int, default=8192)
-    ap.add_argument("--json", action="store_true", help="print JSON instead of text")
-    args = ap.parse_args(argv)
-    if args.what == "store":
-        exp = explain_store(args.path, args.session, args.user, args.agent)
-    else:
-        kw: dict[str, Any] = {"context_window": args.context_window}
-        if args.scorer:
-            kw["scorer"] = args.scorer
-        exp = explain_episode(args.path, args.index, args.episode, memory_kwargs=kw)
-    print(json.dumps(exp.data, indent=2, ensure_ascii=False) if args.json else exp)
-    if exp.data.get("key_card_ids"):
-        kept = {s["card_id"] for s in exp.kept}
-        print("\nkey cards (evaluation metadata): " + ", ".join(
-            f"{k} {'kept' if k in kept else 'NOT kept'}" for k in exp.data["key_card_ids"]))
-    return exp.data

@@ -5,11 +5,12 @@ The index holds one vector per *hot* card (FAISS id = the card's store rowid), e
 same model as int8 ONNX through `damc.runtime.encoder`; cosine similarity via normalised inner product). It is a cache of the store, never the source of truth:
 
 * the file (`cards.faiss`) is one blob — magic, a JSON header with the store stamp (hot card count,
-  max rowid, change counter `seq`), the encoder name, dimension and a CRC32 — then the serialised FAISS
+  max rowid, change counter `seq`, erasure count), the encoder name, dimension and a CRC32 — then the serialised FAISS
   index. It is written to a temp file and renamed, so a reader never sees half a file;
 * on open, a missing file, a CRC/parse failure, another encoder, or a stamp the store cannot have
   produced (e.g. a newer `seq` than the store's) triggers a full rebuild from SQLite; a merely *stale*
-  file (older `seq`) is caught up from the rows changed since;
+  file (older `seq`) is caught up from the rows changed since; cards erased since (`CardStore.erasures()`: by
+  this process or another) force a rebuild, so erased vectors are never searched or saved again;
 * vectors are cached in the store's `embeddings` table, so rebuilds re-encode only what changed.
 
 Index type: exact `flat` inner product (fast up to a few hundred thousand cards) or `ivf` (inverted
@@ -46,6 +47,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from damc.episodes import default_file_mode
 from damc.runtime.scope import DEFAULT_SCOPE, Scope
 from damc.runtime.store import CardStore
 
@@ -126,6 +128,7 @@ def write_index_file(path: str | os.PathLike, index: Any, header: dict[str, Any]
             fh.write(MAGIC + struct.pack("<Q", len(head)) + head + payload)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, default_file_mode())  # mkstemp creates 0600: the same mode as the cards.db beside it
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -245,6 +248,7 @@ class CardIndex:
         self._dirty = False
         self._last_query: tuple[str, np.ndarray] | None = None  # the last encoded query (valuers reuse it)
         self.members = ScopeMembers()
+        self.erased = -1  # the store's erasure count this index has applied (-1: none loaded yet)
         self._lock = threading.RLock()  # sync/search from several threads of one process
 
     # ------------------------------------------------------------------ encoding
@@ -295,7 +299,8 @@ class CardIndex:
     # ------------------------------------------------------------------ lifecycle
 
     def _header(self) -> dict[str, Any]:
-        return {"stamp": {**self.store.stamp(), "seq": self.seq, "count": int(self._index.ntotal)},
+        return {"stamp": {**self.store.stamp(), "seq": self.seq, "count": int(self._index.ntotal),
+                          "erased": self.erased},
                 "model": self.model_name, "dim": self.dim, "type": type(self._index).__name__,
                 "written": time.time()}
 
@@ -305,6 +310,7 @@ class CardIndex:
             # an in-memory index is built fresh every time (the harness: one per episode): not worth an INFO line
             (logger.debug if self.path is None else logger.info)("rebuilding card index (%s)", reason)
             self.last_rebuild_reason = reason
+            self.erased = self.store.erasures()
             stamp = self.store.stamp()
             hot = self.store.hot_rows()
             rows = [(r[0], r[1]) for r in hot]
@@ -348,6 +354,10 @@ class CardIndex:
         if h.get("seq", 1 << 62) > stamp["seq"] or h.get("count") != index.ntotal:
             self.last_rebuild_reason = "stamp does not match this store"
             return False
+        if h.get("erased", 0) != self.store.erasures():   # saved before cards were erased: may hold their vectors
+            self.last_rebuild_reason = "cards were erased since it was saved"
+            return False
+        self.erased = self.store.erasures()
         self._index, self.seq, self.dim = index, int(h["seq"]), int(header["dim"])
         if hasattr(index, "nprobe"):
             index.nprobe = self.config.nprobe
@@ -360,6 +370,9 @@ class CardIndex:
         with self._lock:
             if self._index is None and not self.load():
                 self.rebuild(self.last_rebuild_reason or "missing")
+                return int(self._index.ntotal)
+            if self.store.erasures() != self.erased:   # another process (or memory) erased cards
+                self.rebuild("cards were erased")
                 return int(self._index.ntotal)
             changed = self.store.changed_since(self.seq)
             if not changed:
@@ -395,6 +408,9 @@ class CardIndex:
         """Persist (temp file + rename) if there is a path, unsaved changes and the interval has passed."""
         if self.path is None or self._index is None or not self._dirty:
             return False
+        if self.store.erasures() != self.erased:   # never write back vectors another process erased
+            self.rebuild("cards were erased")
+            return True
         if not force and time.time() - self._last_save < self.config.save_interval_s:
             return False
         write_index_file(self.path, self._index, self._header())
@@ -468,3 +484,22 @@ class CardIndex:
         vecs = self._vectors_for(sorted(set(order)))
         at = {r: i for i, r in enumerate(sorted(set(order)))}
         return vecs[[at[r] for r in order]]
+
+    def forget(self, rowids: Sequence[int]) -> None:
+        """Drop erased cards' vectors and the last query (it may quote them), then save at once: neither memory nor
+        `cards.faiss` holds them. Rebuilds when another erasure is not applied yet; `sync` adds restored cards."""
+        import faiss
+
+        with self._lock:
+            self._last_query = None
+            if self._index is None or self.erased != self.store.erasures() - 1:
+                self.rebuild("cards were erased")
+                return
+            ids = np.array(sorted(int(r) for r in rowids), dtype=np.int64)
+            if len(ids):
+                self._index.remove_ids(faiss.IDSelectorArray(len(ids), faiss.swig_ptr(ids)))
+                for r in ids:
+                    self.members.remove(int(r))
+            self.erased = self.store.erasures()
+            self._dirty = True
+            self.save(force=True)

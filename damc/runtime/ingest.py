@@ -20,7 +20,7 @@ import re
 from typing import Any, Callable, Sequence
 
 from damc.cards import Card, encode_messages
-from damc.data.episodes import EpisodeFormatError, message_text
+from damc.episodes import EpisodeFormatError, message_text
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
 MAX_CARD_CHARS = 65_536  # per card text field; a 10 MB tool result becomes a 64 KiB card (the rest is counted)

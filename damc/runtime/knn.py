@@ -27,6 +27,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from damc.models import DEFAULT_ENCODER
+
 logger = logging.getLogger(__name__)
 
 
@@ -34,7 +36,7 @@ logger = logging.getLogger(__name__)
 class KNNConfig:
     """Hyperparameters of the k-NN value."""
 
-    encoder: str = "minilm-l6"  # sentence encoder (registry name or path)
+    encoder: str = DEFAULT_ENCODER  # sentence encoder (registry name or path)
     k: int = 8  # similar past decisions averaged over
     k_cards: int = 8  # similar labeled cards used for a card never labeled
     batch_size: int = 64  # texts per encoder batch
@@ -43,7 +45,7 @@ class KNNConfig:
 class KNNValue:
     """Similarity-weighted average of past deltas (see module docstring)."""
 
-    def __init__(self, encoder: str = "minilm-l6", k: int = 8, k_cards: int = 8, batch_size: int = 64):
+    def __init__(self, encoder: str = DEFAULT_ENCODER, k: int = 8, k_cards: int = 8, batch_size: int = 64):
         self.cfg = KNNConfig(encoder, k, k_cards, batch_size)
         self._encoder = None
 

@@ -32,7 +32,8 @@ def archive(memory: Any, min_age_s: float = 7 * 86400, max_value: float = 0.2, *
     now = time.time() if now is None else now
     ids = [cid for cid, t, vmax, pinned in memory.store.lifecycle_rows("hot", scope)
            if now - t >= min_age_s and (vmax or 0.0) <= max_value and not (keep_pinned and pinned)]
-    memory.store.set_tier(ids, "cold", now, scope=scope)
+    memory.store.set_tier(ids, "cold", now, scope=scope, event="archive",
+                          detail={"min_age_s": min_age_s, "max_value": max_value})
     if ids and memory.index.ntotal:
         memory.index.sync()
     logger.info("archived %d cards", len(ids))
@@ -94,8 +95,8 @@ def merge_similar(memory: Any, threshold: float = 0.92, *, neighbors: int = 16, 
             base.raw_text += f" [merged with {len(scs) - 1} similar: also " + ", ".join(missing) + "]"
         base.meta = {**(base.meta or {}), "merged_from": sources, "atoms": sorted(atoms)}
         base.n_tokens = memory.count_tokens(base.raw_text)
-        memory.store.add_cards([base], newest.session_id, [any(sc.pinned for sc in scs)], scope=scope)
-        memory.store.set_tier([sc.card.card_id for sc in scs], "cold", scope=scope)
+        memory.store.merge_cards(base, newest.session_id, any(sc.pinned for sc in scs),
+                                 [sc.card.card_id for sc in scs], scope=scope)  # one transaction, with history events
         merged.append(base)
     if merged:
         memory.index.sync()

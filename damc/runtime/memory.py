@@ -12,11 +12,15 @@
 * **select**: a pluggable `Selector` under a token budget (default: 65 % of what the context window
   has left after the system prompt, tools and the current turn).
 * **compress**: a pluggable `Compressor` (default: templates), one `[card_id]` line per card.
-* **assemble**: `damc.prompting.build_decision_messages` — system, "Relevant history", tools, current turn; the
-  history is fenced and labelled as retrieved records in a message of its own (`placement="message"`, default)
-  or inside the system message (`placement="system"`).
+* **assemble**: `damc.runtime.assemble.assemble` — the caller's own chat format: its leading system / developer
+  messages verbatim, the fenced and labelled "Relevant history" records in a `user` message of their own
+  (`placement="message"`, default; or inside the last instruction message, `placement="system"`), then the
+  current turn verbatim. No system prompt or tool-call syntax is added: tools stay in the caller's `tools`.
 
 Everything is explainable (`explain(context)`), expandable (`expand(card_id)`) and persisted under `path`.
+Mem0's verbs — `get_all`, `search`, `get`, `history`, `delete`, `delete_all`, `reset` — come from
+`damc.runtime.verbs.MemoryVerbs`; erasure leaves no text of the erased cards in any file of the store.
+Asyncio code awaits `abuild_context` / `aadd_messages` (`damc.runtime.aio`: a worker thread per call).
 
 Scopes (Mem0's convention): every card belongs to a `user_id` (default "default") and an optional `agent_id`;
 `session_id` is the conversation (Mem0's `run_id`). Set the memory's scope when opening it
@@ -28,7 +32,7 @@ candidates only with `share_sessions=True`. `expand` of a card that only another
 Example:
     >>> memory = DecisionAwareMemory("runs/mem", user_id="alice")
     >>> ctx = memory.build_context(messages, tools=tools, session_id="chat-42")
-    >>> reply = client.chat.completions.create(model=..., messages=ctx.messages)
+    >>> reply = client.chat.completions.create(model=..., messages=ctx.messages, tools=tools)
     >>> print(memory.explain(ctx))
 """
 
@@ -37,7 +41,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
@@ -47,7 +50,8 @@ from damc.cards import Card, card_id as make_card_id, token_counter
 from damc.prompting import PLACEMENTS, neutralize_line
 from damc.query import render_decision_query
 from damc.runtime import lifecycle
-from damc.runtime.assemble import assemble, prompt_tokens, split_conversation
+from damc.runtime.aio import AsyncMethods
+from damc.runtime.assemble import assemble, leading_instructions, prompt_tokens, split_conversation
 from damc.runtime.compress import COMPRESSORS, Compressor
 from damc.runtime.context import Context, DroppedCard, SelectedCard
 from damc.runtime.config import MemoryConfig
@@ -58,6 +62,7 @@ from damc.runtime.select import Selector, Threshold, TopK, default_budget
 from damc.runtime.storage import is_server_url, open_storage
 from damc.runtime.store import StoreConfig, StoredCard
 from damc.runtime.valuers import CachedValuer, HeuristicValuer, ScorerValuer, Valuer, is_pinned
+from damc.runtime.verbs import MemoryVerbs, iso as _now_iso
 
 if TYPE_CHECKING:
     from damc.runtime.explain import Explanation
@@ -104,11 +109,7 @@ def with_age(sc: StoredCard, session_id: str, u: int) -> Card:
     return card
 
 
-def _now_iso(t: float) -> str:
-    return datetime.fromtimestamp(t, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-class DecisionAwareMemory:
+class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
     """Decision-aware memory for a tool-calling agent (see module docstring).
 
     Args:
@@ -189,8 +190,8 @@ class DecisionAwareMemory:
             return [self.count_tokens(t) for t in texts]
         return [len(ids) for ids in tok(texts, add_special_tokens=False)["input_ids"]]
 
-    def _prompt_tokens(self, messages: Sequence[dict[str, str]]) -> int:
-        return prompt_tokens(messages, self.tokenizer)
+    def _prompt_tokens(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None) -> int:
+        return prompt_tokens(messages, self.tokenizer, tools=tools)
 
     # ------------------------------------------------------------------ ingestion
 
@@ -227,14 +228,15 @@ class DecisionAwareMemory:
     # ------------------------------------------------------------------ retrieval
 
     def candidates(self, query: str, *, session_id: str | None = None, from_position: int | None = None,
-                   user_id: str | None = None, agent_id: str | None = None
+                   user_id: str | None = None, agent_id: str | None = None, config: MemoryConfig | None = None
                    ) -> tuple[list[StoredCard], dict[str, list[str]]]:
         """Candidate cards for a query: FAISS top-N ∪ recent ∪ pinned (capped), and why each is one.
 
         Only the scope's cards, and only the session's own unless `share_sessions`; the session's cards at
-        positions ≥ `from_position` (the current turn) are left out.
+        positions ≥ `from_position` (the current turn) are left out. `config` overrides the memory's settings for
+        this call (`search` widens `top_n` to its `limit`).
         """
-        cfg = self.config
+        cfg = config or self.config
         sid = session_id or cfg.session_id
         scope = self._scope(user_id, agent_id)
         only = None if cfg.share_sessions else sid
@@ -298,8 +300,10 @@ class DecisionAwareMemory:
             messages: the live conversation (OpenAI format). Messages before the current (last) user
                 turn that the store has not seen yet are recorded first; the current turn and after are
                 kept verbatim.
-            tools: OpenAI tool schemas available now.
-            system: system prompt (default: the conversation's own system message, else DAMC's default).
+            tools: OpenAI tool schemas available now (they steer the decision query and count against the
+                window; they are not written into the messages: pass them to your API's `tools` yourself).
+            system: system prompt sent as one leading system message instead of the conversation's own
+                system / developer messages (default: those, verbatim; none when the conversation has none).
             budget_tokens: memory budget (default: `budget_fraction` of what the window has left).
             session_id: session of `messages` (default: the memory's).
             user_id / agent_id: scope of the conversation (default: the memory's); only its cards are candidates.
@@ -313,8 +317,8 @@ class DecisionAwareMemory:
         now = time.time() if now is None else now
         valuer, selector = valuer or self.valuer, selector or self.selector
         msgs = list(messages)
-        own_system, history, turn, u = split_conversation(msgs)
-        system = system if system is not None else own_system
+        _, history, turn, u = split_conversation(msgs)
+        instructions = [{"role": "system", "content": system}] if system is not None else leading_instructions(msgs)
         timings: dict[str, float] = {}
 
         t = time.perf_counter()
@@ -339,7 +343,7 @@ class DecisionAwareMemory:
             values = valuer.value(query, cards, now)
         timings["value"] = (time.perf_counter() - t) * 1000
 
-        ctx = self._pack(query, stored, cards, values, why, (system, tools, history, turn), budget_tokens, now,
+        ctx = self._pack(query, stored, cards, values, why, (instructions, tools, history, turn), budget_tokens, now,
                          selector, compressor or self.compressor, timings, notes)
         ctx.session_id, ctx.user_id, ctx.agent_id = sid, scope.user_id, scope.agent_id
         ctx.n_hot = self.store.count("hot", scope)
@@ -356,12 +360,12 @@ class DecisionAwareMemory:
               why: dict[str, list[str]], parts: tuple, budget_tokens: int | None, now: float, selector: Selector,
               compressor: Compressor, timings: dict[str, float],
               notes: Sequence[str | None] | None = None) -> Context:
-        """select → compress → assemble over valued candidates; `parts` = (system, tools, history, turn)."""
-        system, tools, history, turn = parts
+        """select → compress → assemble over valued candidates; `parts` = (instructions, tools, history, turn)."""
+        instructions, tools, history, turn = parts
         notes = list(notes) if notes is not None else [None] * len(cards)
         cfg = self.config
         t = time.perf_counter()
-        base_tokens = self._prompt_tokens(assemble(system, tools, [], turn, placement=cfg.placement))
+        base_tokens = self._prompt_tokens(assemble(instructions, [], turn, placement=cfg.placement), tools)
         budget = budget_tokens if budget_tokens is not None else \
             default_budget(cfg.context_window, base_tokens, cfg.budget_fraction)
         line_tokens = self._count_many([neutralize_line(f"[{c.card_id}] {text}")
@@ -377,9 +381,9 @@ class DecisionAwareMemory:
         timings["compress"] = (time.perf_counter() - t) * 1000
 
         t = time.perf_counter()
-        out_msgs = assemble(system, tools, lines, turn, placement=cfg.placement)
-        tokens_after = self._prompt_tokens(out_msgs)
-        tokens_before = self._prompt_tokens(assemble(system, tools, [], turn, history=history, placement=cfg.placement))
+        out_msgs = assemble(instructions, lines, turn, placement=cfg.placement)
+        tokens_after = self._prompt_tokens(out_msgs, tools)
+        tokens_before = self._prompt_tokens([*instructions, *history, *turn], tools)
         timings["assemble"] = (time.perf_counter() - t) * 1000
 
         selected = [SelectedCard(cards[i].card_id, float(values[i]), float(sel.scores[i]), kept_tokens[j],
@@ -401,13 +405,7 @@ class DecisionAwareMemory:
             PermissionError: the card belongs to another scope only.
             KeyError: no scope holds a card with this id.
         """
-        scope = self._scope(user_id, agent_id)
-        card = self.store.get(card_id, scope)
-        if card is None:
-            if self.store.holds_elsewhere(card_id, scope):
-                raise PermissionError(f"card {card_id!r} belongs to another scope than {scope}")
-            raise KeyError(f"no card {card_id!r} in this memory")
-        return card
+        return self._stored_or_raise(card_id, self._scope(user_id, agent_id)).card
 
     def explain(self, context: Context, print_: bool = False) -> "Explanation":
         """Which cards were kept or dropped, with scores, tokens saved and why (`str()` it to read)."""

@@ -8,16 +8,20 @@ Versions:
     1. cards, sessions, contexts keyed by card id / session id alone.
     2. every row carries its scope (`user_id`, `agent_id`; "" = no agent): card ids are unique per scope,
        sessions and saved contexts are keyed by (scope, session). v1 rows land in the default scope.
+    3. an `events` table: what happened to a card after it was written (archived, merged, merged into another,
+       restored to the hot tier), for `DecisionAwareMemory.history`; v2 stores get their past archives and
+       merges back-filled from the cards' own rows (`archived_at`, `meta["merged_from"]`), marked `backfilled`.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sqlite3
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2  # 1: no scopes; 2: every row carries (user_id, agent_id), card ids unique per scope
+SCHEMA_VERSION = 3  # 1: no scopes; 2: every row carries (user_id, agent_id), card ids unique per scope; 3: events
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
@@ -68,6 +72,16 @@ CREATE TABLE IF NOT EXISTS contexts (
     data TEXT NOT NULL,
     PRIMARY KEY (user_id, agent_id, session_id)
 );
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    user_id TEXT NOT NULL DEFAULT 'default',
+    agent_id TEXT NOT NULL DEFAULT '',
+    card_id TEXT NOT NULL,
+    event TEXT NOT NULL,
+    t REAL NOT NULL,
+    detail TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS events_card ON events (user_id, agent_id, card_id, id);
 """
 
 # v1 -> v2: the v1 tables are renamed aside, recreated with scope columns (every old row lands in the default
@@ -110,4 +124,33 @@ def migrate_v1_to_v2(c: sqlite3.Connection) -> None:
     c.execute("UPDATE schema_version SET version = 2")
 
 
-MIGRATIONS = {1: migrate_v1_to_v2}  # from version -> function bringing it to version + 1
+def migrate_v2_to_v3(c: sqlite3.Connection) -> None:
+    """Add the `events` table inside the caller's transaction and back-fill it from what v2 rows record: a
+    merged card (`meta["merged_from"]`) gets a "merge" event, each of its sources a "merged_into" event, and
+    every other cold card an "archive" event, at the time it went cold (`archived_at`)."""
+    create(c)  # IF NOT EXISTS throughout: only the events table is new
+    rows = c.execute("SELECT user_id, agent_id, card_id, tier, archived_at, data FROM cards "
+                     "WHERE tier = 'cold' OR data LIKE '%merged_from%' ORDER BY rowid").fetchall()
+    into: dict[tuple[str, str, str], str] = {}
+    cold_at = {(u, a, cid): at for u, a, cid, tier, at, _ in rows if tier == "cold"}
+    events = []
+    for u, a, cid, _, _, data in rows:
+        sources = (json.loads(data).get("meta") or {}).get("merged_from")
+        if not isinstance(sources, list):
+            continue
+        at = max((cold_at.get((u, a, s)) or 0.0 for s in sources), default=0.0)
+        events.append((u, a, cid, "merge", at, json.dumps({"sources": sources, "backfilled": True})))
+        for s in sources:
+            into[(u, a, s)] = cid
+    for (u, a, cid), at in cold_at.items():
+        if (u, a, cid) in into:
+            events.append((u, a, cid, "merged_into", at or 0.0, json.dumps({"into": into[(u, a, cid)],
+                                                                            "backfilled": True})))
+        else:
+            events.append((u, a, cid, "archive", at or 0.0, json.dumps({"backfilled": True})))
+    c.executemany("INSERT INTO events (user_id, agent_id, card_id, event, t, detail) VALUES (?, ?, ?, ?, ?, ?)",
+                  sorted(events, key=lambda e: e[4]))
+    c.execute("UPDATE schema_version SET version = 3")
+
+
+MIGRATIONS = {1: migrate_v1_to_v2, 2: migrate_v2_to_v3}  # from version -> function bringing it to version + 1

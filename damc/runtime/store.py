@@ -47,6 +47,7 @@ import numpy as np
 from damc.cards import Card
 from damc.runtime import schema
 from damc.runtime.scope import DEFAULT_SCOPE, Scope
+from damc.runtime.store_verbs import StoreVerbsMixin
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +122,7 @@ def _chunks(ids: Sequence[Any], n: int = 900) -> Iterator[list[Any]]:
         yield ids[i:i + n]
 
 
-class CardStore:
+class CardStore(StoreVerbsMixin):
     """Cards in SQLite (WAL, one transaction per write batch, hot/cold tiers, one scope per row).
 
     Args:
@@ -129,7 +130,7 @@ class CardStore:
         config: connection settings.
 
     The object is safe to share between threads (one connection guarded by a lock); use one
-    `CardStore` per process.
+    `CardStore` per process. History and erasure (the store half of Mem0's verbs) are in `StoreVerbsMixin`.
     """
 
     def __init__(self, path: str | os.PathLike = ":memory:", config: StoreConfig | None = None):
@@ -148,6 +149,7 @@ class CardStore:
             if str(mode).lower() != "wal":
                 logger.warning("SQLite refused WAL mode (got %s) for %s", mode, self.path)
         c.execute(f"PRAGMA synchronous={self.config.synchronous}")
+        c.execute("PRAGMA secure_delete=ON")  # freed pages and cells are zeroed: erased text leaves the file
         with self.transaction():
             self._open_schema(c)
 
@@ -309,22 +311,16 @@ class CardStore:
             {"n_messages": 0, "pending": {}}
 
     def set_tier(self, card_ids: Sequence[str], tier: str, now: float | None = None, *,
-                 scope: Scope = DEFAULT_SCOPE) -> int:
-        """Move a scope's cards to `hot` or `cold` in one transaction; returns how many changed."""
+                 scope: Scope = DEFAULT_SCOPE, event: str | None = None, detail: dict[str, Any] | None = None) -> int:
+        """Move a scope's cards to `hot` or `cold` in one transaction; returns how many changed. With `event`, each
+        card that changed gets that event (and `detail`) in its history, in the same transaction."""
         if tier not in ("hot", "cold"):
             raise ValueError(f"tier must be 'hot' or 'cold', got {tier!r}")
         if not card_ids:
             return 0
         now = time.time() if now is None else now
-        where, args = scope.where()
         with self.transaction() as c:
-            seq0 = self._next_seq(c, len(card_ids))
-            n = 0
-            for j, cid in enumerate(card_ids):
-                n += c.execute(f"UPDATE cards SET tier = ?, seq = ?, archived_at = ? WHERE {where} AND card_id = ? "
-                               "AND tier != ?", (tier, seq0 + j, now if tier == "cold" else None) + args + (cid, tier)
-                               ).rowcount
-            return n
+            return self._set_tier_tx(c, card_ids, tier, now, scope, event, detail)
 
     def record_values(self, values: dict[str, float], scope: Scope = DEFAULT_SCOPE) -> None:
         """Remember the latest and maximum value each card got (for `archive`); does not bump `seq`."""

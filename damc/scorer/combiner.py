@@ -103,7 +103,7 @@ def _out_of_fold(x: np.ndarray, y: np.ndarray, groups: np.ndarray, folds: int = 
 
 
 def _mean_spearman(rows: Any, pred: np.ndarray) -> float:
-    from damc.eval.metrics import spearman
+    from damc.ranking import spearman
 
     d = rows.assign(_pred=np.asarray(pred, dtype=float))
     return float(np.nanmean([spearman(g["_pred"], g["delta"]) for _, g in d.groupby("decision_id")]))

@@ -27,8 +27,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from damc.eval.metrics import ndcg_at_k, recall_at, spearman
-from damc.eval.stats import summarize_values
+from damc.models import DEFAULT_ENCODER
+from damc.ranking import ndcg_at_k, recall_at, spearman, summarize_values
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def recency_scores(positions: Sequence[int]) -> np.ndarray:
     return np.asarray(positions, dtype=np.float64)
 
 
-def cosine_scores(decisions: Sequence[dict[str, Any]], encoder: Any | str = "minilm-l6",
+def cosine_scores(decisions: Sequence[dict[str, Any]], encoder: Any | str = DEFAULT_ENCODER,
                   batch_size: int = 64) -> list[np.ndarray]:
     """Embedding baseline: cosine(decision_text, card_text) with a sentence encoder, per decision.
 
@@ -81,7 +81,7 @@ def cosine_scores(decisions: Sequence[dict[str, Any]], encoder: Any | str = "min
 
 
 def fidelity_with_baselines(decisions: Sequence[dict[str, Any]], scorer_scores: Sequence[Sequence[float]],
-                            encoder: Any | str = "minilm-l6", seed: int = 0) -> dict[str, Any]:
+                            encoder: Any | str = DEFAULT_ENCODER, seed: int = 0) -> dict[str, Any]:
     """Fidelity of the scorer and of the cosine and recency baselines on the same decisions.
 
     Args:
@@ -114,7 +114,7 @@ def flatten(metrics: dict[str, Any], prefix: str = "") -> dict[str, float]:
 
 
 def scorer_fidelity(scorer: Any, labels: Any, episodes: Sequence[str] | None = None,
-                    max_decisions: int | None = None, encoder: Any | str = "minilm-l6", seed: int = 0
+                    max_decisions: int | None = None, encoder: Any | str = DEFAULT_ENCODER, seed: int = 0
                     ) -> dict[str, Any]:
     """Fidelity of an exported scorer against any label set, beside the cosine and recency baselines.
 

@@ -51,10 +51,10 @@ def label_agreement(a: str | os.PathLike, b: str | os.PathLike, seed: int = 0) -
 
     Returns:
         `{"n_decisions", "spearman", "ndcg@5", "top1"}`, each metric summarised (mean/median with
-        bootstrap CIs) as in `damc.eval.stats.summarize_values`; `top1` = both put the same card first.
+        bootstrap CIs) as in `damc.ranking.summarize_values`; `top1` = both put the same card first.
     """
-    from damc.eval.metrics import ndcg_at_k, spearman
-    from damc.eval.stats import summarize_values as summarize
+    from damc.ranking import ndcg_at_k, spearman
+    from damc.ranking import summarize_values as summarize
 
     pairs = paired_decisions(a, b)
     rho = [spearman(p["b"], p["a"]) for p in pairs]

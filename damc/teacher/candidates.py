@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from damc.cards import Card
-from damc.data.episodes import DecisionPoint, Episode
+from damc.episodes import DecisionPoint, Episode
+from damc.models import DEFAULT_ENCODER
 
 UNBOUNDED = 10**9
 
@@ -36,7 +37,7 @@ class RuntimeCandidates:
         from damc.runtime.memory import DecisionAwareMemory, MemoryConfig
 
         cfg = dict(memory or {})
-        encoder = cfg.pop("encoder", "minilm-l6")
+        encoder = cfg.pop("encoder", DEFAULT_ENCODER)
         self.episode = episode
         self.memory = DecisionAwareMemory(None, encoder=encoder, tokenizer=tokenizer, session_id=episode.episode_id,
                                           config=MemoryConfig(**cfg))

@@ -8,7 +8,7 @@ decisions whose key card reached the candidate set), forward tokens and seconds 
 estimators: the mean per-decision Spearman and the share of decisions with the same top card. Also reported:
 how often a key card is labelled at all — by the runtime's candidate set versus the old newest-12 window.
 Precision: a *confuser card* is a candidate that is not a key card but holds an argument value of one of the
-decision's rivals that the gold does not use (`damc.eval.policies.confuser_values` over `make_distractors`, the
+decision's rivals that the gold does not use (`damc.facts.confuser_values` over `make_distractors`, the
 harness's rivals: the caller's other order, a look-alike id); per estimator, over the decisions with key cards and at
 least one confuser card, **confuser@1** (the estimator's best card is a confuser card) and **key > confuser** (the
 best key card is valued above every confuser card).
@@ -37,9 +37,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from damc.data.episodes import DecisionPoint, Episode, decision_points
-from damc.eval.metrics import hit_at_k, spearman
-from damc.eval.stats import summarize_values
+from damc.episodes import DecisionPoint, Episode, decision_points
+from damc.ranking import hit_at_k, spearman, summarize_values
 
 logger = logging.getLogger(__name__)
 
@@ -92,8 +91,8 @@ def compare(episodes: Sequence[Episode], teacher: Any, estimators: Sequence[str]
     of labelling them again."""
     from tqdm import tqdm
 
-    from damc.data.episodes import make_distractors
-    from damc.eval.policies import confuser_values, holds_any
+    from damc.episodes import make_distractors
+    from damc.facts import confuser_values, holds_any
     from damc.teacher.candidates import RuntimeCandidates
     from damc.teacher.context import candidate_cards
     from damc.teacher.estimators import ESTIMATORS
@@ -158,7 +157,7 @@ def holds_fact(dp: DecisionPoint, cards: Sequence[Any]) -> list[bool]:
     """For each card, whether its raw text holds one of the decision's key facts (the gold's values found in the
     history, `metadata["key_facts"]`) as a whole token — any card repeating one, not only the key card where it
     first appeared. All False when the episode records no key facts."""
-    from damc.eval.policies import holds_any
+    from damc.facts import holds_any
 
     facts = dp.key_facts
     return [bool(facts) and holds_any(c.raw_text, facts) for c in cards]

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from damc.cards import Card, encode_messages, token_counter
-from damc.data.episodes import DecisionPoint
+from damc.episodes import DecisionPoint
 from damc.prompting import action_text, build_decision_messages, format_prompt, neutralize_line
 from damc.query import CARD_RENDERS
 from damc.templates import template_compress

@@ -82,7 +82,7 @@ def merge_labels(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike
             members that disagree on the estimator or on a rendered text, or no common row at all.
         FileExistsError: `out_dir` already holds labels and `overwrite` is false.
     """
-    from damc.data.episodes import atomic_write_text
+    from damc.episodes import atomic_write_text
     from damc.labels import write_shard
 
     if len(inputs) < 2:

@@ -10,7 +10,7 @@ removal *raises* the gold's log-prob is harmful and keeps its negative value.
   system/tools prefix, batched; a fact repeated in three cards gets credit in each (leave-one-out gives none).
 * `LeaveOneInMargin` (`loi_margin`, sufficiency for the *choice*) — how much card i alone raises the gold action
   over its look-alike rivals: `m(card i alone) − m(no card)` with `m = ℓ(gold) − log Σ_d exp ℓ(d)`, ℓ the mean
-  per-token log-prob of an action and d the decision's distractors (`damc.data.episodes.make_distractors`: the same
+  per-token log-prob of an action and d the decision's distractors (`damc.episodes.make_distractors`: the same
   tool with another value the trace holds — the harness's multiple-choice rivals). A card that raises a rival as
   much as the gold (a sibling order, a look-alike id) gets ~0; one that raises a rival more is negative.
 * `LooLoi` (`loo_loi`) — the mean of the two: the two ends of a Shapley permutation (card added first, last).
@@ -39,7 +39,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from damc.cards import Card, critical_atoms
-from damc.data.episodes import DecisionPoint
+from damc.episodes import DecisionPoint
 from damc.teacher.context import ContextConfig, DecisionContext, build_context
 
 logger = logging.getLogger(__name__)
@@ -190,7 +190,7 @@ class LeaveOneInMargin(Estimator):
 
     def distractors(self, decision_point: DecisionPoint) -> list[str]:
         """The rival actions of a decision (rendered like the gold's action text)."""
-        from damc.data.episodes import make_distractors
+        from damc.episodes import make_distractors
 
         return make_distractors(decision_point.episode, decision_point.index, n=self.n_distractors, seed=self.seed)
 

@@ -36,8 +36,8 @@ from typing import Any, Sequence, TypeVar
 
 import numpy as np
 
-from damc.data.episodes import DecisionPoint, atomic_write_text, decision_points, load_episodes
-from damc.labels import labelled_decision_ids, write_shard
+from damc.episodes import DecisionPoint, atomic_write_text, decision_points, load_episodes
+from damc.labels import LabelRow, labelled_decision_ids, write_shard
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -128,15 +128,14 @@ def _rows(dp: DecisionPoint, cards: list, res: Any, est_name: str, teacher_id: s
     for c, d, w, wo in zip(cards, res.deltas, res.logp_with, res.logp_without):
         if not np.isfinite(d):  # left out for the window (already warned)
             continue
-        rows.append({"decision_id": dp.decision_id, "episode_id": dp.episode.episode_id, "card_id": c.card_id,
-                     "decision_text": decision_text, "card_text": render_card(c, render=render, query=query),
-                     "logp_full": float(w),
-                     "logp_without": float(wo), "delta": float(d), "estimator": est_name, "teacher": teacher_id,
-                     "n_action_tokens": int(res.n_action_tokens), "decision_index": int(dp.index),
-                     "card_position": int(c.position), "card_kind": c.kind, "is_key": c.card_id in keys,
-                     "render_version": RENDER_VERSION, "teacher_text": memory_line(c, render, query),
-                     "card_age": (c.meta or {}).get("age"), "card_render": render,
-                     **{f"feat_{k}": v for k, v in (features or {}).get(c.card_id, {}).items()}})
+        rows.append(LabelRow(
+            decision_id=dp.decision_id, episode_id=dp.episode.episode_id, card_id=c.card_id,
+            decision_text=decision_text, card_text=render_card(c, render=render, query=query), logp_full=float(w),
+            logp_without=float(wo), delta=float(d), estimator=est_name, teacher=teacher_id,
+            n_action_tokens=int(res.n_action_tokens), decision_index=int(dp.index), card_position=int(c.position),
+            card_kind=c.kind, is_key=c.card_id in keys, render_version=RENDER_VERSION,
+            teacher_text=memory_line(c, render, query), card_age=(c.meta or {}).get("age"), card_render=render,
+            **{f"feat_{k}": v for k, v in (features or {}).get(c.card_id, {}).items()}).as_dict())
     return rows
 
 

@@ -71,7 +71,7 @@ def rerender_labels(labels: str | os.PathLike, episodes: str | os.PathLike, out:
         FileExistsError: `out` already exists (nothing is overwritten).
         LabelFormatError: see `rerender_rows`.
     """
-    from damc.data.episodes import atomic_write_text, load_episodes
+    from damc.episodes import atomic_write_text, load_episodes
     from damc.labels import load_labels, write_shard
     from damc.query import RENDER_VERSION
 

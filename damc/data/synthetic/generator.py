@@ -14,7 +14,7 @@ from typing import Iterator
 
 from tqdm import tqdm
 
-from damc.data.episodes import Episode
+from damc.episodes import Episode
 from damc.data.synthetic.config import SyntheticConfig
 from damc.data.synthetic.fillers import _Fillers
 from damc.data.synthetic.phrasings import _GREET, _ID_EMAIL, _ID_NAME, _ID_PHONE, _OPEN_REASON, _SAY_ORDERS_NO_ID

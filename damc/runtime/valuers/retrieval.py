@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from damc.cards import Card
+from damc.models import DEFAULT_ENCODER
 from damc.query import card_document, query_body
 from damc.runtime.lexical import bm25_scores, bm25_tokens
 from damc.runtime.scope import scope_of
@@ -34,7 +35,7 @@ class SimilarityValuer(Valuer):
 
     name = "similarity"
 
-    def __init__(self, encoder: str | Any = "minilm-l6"):
+    def __init__(self, encoder: str | Any = DEFAULT_ENCODER):
         self.encoder_spec = encoder
         self._memory: Any = None
         self._encoder: Any = None if isinstance(encoder, str) else encoder
@@ -107,7 +108,7 @@ class GenerativeAgentsValuer(Valuer):
 
     name = "generative_agents"
 
-    def __init__(self, decay: float = 0.99, weights: Sequence[float] = (1.0, 1.0, 1.0), encoder: str | Any = "minilm-l6"):
+    def __init__(self, decay: float = 0.99, weights: Sequence[float] = (1.0, 1.0, 1.0), encoder: str | Any = DEFAULT_ENCODER):
         self.decay, self.weights = decay, tuple(float(w) for w in weights)
         if len(self.weights) != 3 or sum(self.weights) <= 0:
             raise ValueError(f"weights must be three non-negative numbers with a positive sum, got {weights!r}")

@@ -1,4 +1,4 @@
-"""`make reproduce`: the study — one student for every dataset, each dataset's test split measured through the runtime.
+"""The study behind `make reproduce` (`Study`): one student for every dataset, each test split measured through the runtime.
 
     data (every dataset) → labels (the train splits a profile labels) → train one student on all of them
     → export → learning curve (optional `curve:`: smaller students on nested subsets of the labels, scored on dev)
@@ -6,10 +6,13 @@
 
 Profiles are `damc/configs/study.yaml` (the full study) and `configs/experiment/study_*.yaml` applied to it
 (e.g. `study_tau2_small`, the reduced-size τ²-bench profile CI runs). Each stage composes its module's real
-config (`damc.eval.pipelines.compose_stage`) and is skipped when a marker with the same fingerprint exists
+config (`damc.pipeline.stages.compose_stage`) and is skipped when a marker with the same fingerprint exists
 (`<out_dir>/stages/`), so a changed setting reruns that stage and everything after it; labelling and evaluation
 also resume per decision. A dataset without a `label:` entry is one the student never trains on (an unseen
 domain); one without a dev split takes its operating points from the dataset named in `dev_from`.
+
+`damc.pipeline.reproduce.run_study` runs every stage in order (and the learning curve, `damc.pipeline.curve`,
+which builds on `Study`).
 
 Example:
     $ python scripts/reproduce.py                                   # configs/study.yaml
@@ -23,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from damc.eval.pipelines import (compose_stage, fingerprint, is_done, mark_done, override_value,
+from damc.pipeline.stages import (compose_stage, fingerprint, is_done, mark_done, override_value,
                                  relabel_if_stale, stage_main)
 
 
@@ -99,7 +102,7 @@ class Study:
 
     def evaluate(self, scorer: Path, labels: Path) -> dict[str, Any]:
         """Each dataset: the dev sweep (when it has a dev split) → operating points → the test split."""
-        from damc.data.episodes import atomic_write_text, load_episodes
+        from damc.episodes import atomic_write_text, load_episodes
         from damc.eval.results import operating_points
 
         ev, out = self.cfg.evaluate, {}
@@ -154,36 +157,3 @@ class Study:
             ops = {p: s for p, s in (done[name]["operating"] or {}).items() if p in sec.policies}
             out[f"{name} · {sec.model}"] = {"results": _results(res, test_dir), "operating": ops}
         return out
-
-
-def run_study(cfg: Any) -> dict[str, Any]:
-    """Every stage of the study profile `cfg`; writes and prints `<out_dir>/report.md`."""
-    from damc.data.episodes import atomic_write_text
-    from damc.eval.report import report
-
-    study = Study(cfg)
-    t0 = time.perf_counter()
-    study.data()
-    labels = study.labels()
-    scorer = study.train_export(labels)
-    from damc.eval.curve import study_curve      # curve builds on Study: imported here, not at the top
-
-    curve = study_curve(study, labels, (study.out / "run", scorer, study.exported))
-    evals = study.evaluate(scorer, labels)
-    text = report({n: e["results"] for n, e in evals.items()}, policy="damc",
-                  operating={n: e["operating"] for n, e in evals.items() if e["operating"]})
-    if curve:
-        text += "\n## Learning curve (`curve/curve.png`)\n\n" + curve
-    text += "\n" + stage_times(study)
-    atomic_write_text(study.out / "report.md", text)
-    print(text + f"\nreport: {study.out / 'report.md'} (total {time.perf_counter() - t0:.0f} s)", flush=True)
-    return {"evaluations": evals, "timings_s": study.timings, "report": str(study.out / "report.md")}
-
-
-def stage_times(study: Study) -> str:
-    """Markdown list of every stage's time (from the markers, so earlier runs count too)."""
-    lines = ["Stage times (this machine):", ""]
-    for f in sorted(study.stages_dir.glob("*.json")):
-        d = json.loads(f.read_text())
-        lines.append(f"- `{f.stem}`: {d.get('seconds', 0) / 60:.1f} min (finished {d.get('finished')})")
-    return "\n".join(lines) + "\n"

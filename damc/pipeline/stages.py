@@ -1,5 +1,5 @@
 """`make demo`: the whole DAMC pipeline on one dataset, stage by stage (`make reproduce`, the multi-dataset study,
-reuses these stages: `damc.eval.study`).
+reuses these stages: `damc.pipeline.study`).
 
     data → labels (the teacher) → train (the student) → export → evaluate (dev sweep → operating points → test)
 
@@ -85,7 +85,7 @@ def label_subset(train: Path, out: Path, n_episodes: int | None, calls_per_episo
     """Write the episodes the teacher labels: the first `n_episodes` train episodes, each cut after its
     first `calls_per_episode` tool-calling decisions (None: whole), so a small labelling budget still
     spans several episodes (training splits by episode). Returns the number of episodes written."""
-    from damc.data.episodes import Episode, load_episodes, write_episodes
+    from damc.episodes import Episode, load_episodes, write_episodes
 
     eps = load_episodes(train)[: n_episodes or None]
     cut_eps = []
@@ -144,7 +144,7 @@ def is_done(stages_dir: Path, stage: str, fp: str) -> bool:
 
 
 def mark_done(stages_dir: Path, stage: str, fp: str, seconds: float) -> None:
-    from damc.data.episodes import atomic_write_text
+    from damc.episodes import atomic_write_text
 
     stages_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(marker(stages_dir, stage), json.dumps({"fingerprint": fp, "seconds": round(seconds, 1),
@@ -157,7 +157,7 @@ def _say(i: int, stage: str, text: str) -> None:
 
 def _evaluate(cfg: Any, paths: dict[str, Path], fn: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
     """The evaluate stage: optionally a dev sweep and its operating points, then the test split."""
-    from damc.data.episodes import atomic_write_text
+    from damc.episodes import atomic_write_text
     from damc.eval.results import operating_points
 
     ops = None
@@ -238,7 +238,7 @@ def main(cfg: Any) -> dict[str, Any]:
     return out
 
 
-if __name__ == "__main__":  # python -m damc.eval.pipelines KEY=VALUE ...  (configs: damc/configs/demo.yaml)
+if __name__ == "__main__":  # python -m damc.pipeline.stages KEY=VALUE ...  (configs: damc/configs/demo.yaml)
     from damc.cli import run
 
     run("demo", main)

@@ -1,4 +1,10 @@
-"""Statistics of the harness and the fidelity tools: bootstrap intervals and paired tests (scipy).
+"""Ranking and its statistics: Spearman, NDCG, hit and recall of a card ranking; bootstrap intervals (scipy).
+
+The ground floor that the teacher (label agreement, estimator comparison), the scorer (fidelity) and eval (the
+harness's memory metrics and tables) all read, so none of them imports another for a metric. Ranking metrics
+compare a ranking (`scores`, higher first; ties: the earlier card) with the teacher's deltas or key-card flags:
+**spearman** (`scipy.stats.spearmanr`), **ndcg_at_k** (gains max(delta, 0)), **recall_at** (teacher top-3 in
+the ranking's top-5) and **hit_at_k** (a key card among the k best).
 
 Decisions of one episode are not independent (they share the history, the user and the task), so every
 interval over decisions can be a **cluster bootstrap**: episodes are resampled with replacement and a
@@ -10,6 +16,8 @@ Example:
     (0.25, 1.0)
     >>> paired_bootstrap([1, 1, 0, 1], [0, 1, 0, 0], clusters=["a", "a", "b", "c"])["delta"]
     0.5
+    >>> spearman([0.4, 0.1, 0.0, 1.0], [0.5, 0.0, -0.1, 2.0])
+    1.0
 """
 
 from __future__ import annotations
@@ -121,3 +129,48 @@ def summarize_values(values: Sequence[float], seed: int = 0, n_boot: int = 1000)
     return {"mean": float(v.mean()), "mean_ci": list(bootstrap_ci(v, np.mean, seed=seed, n_boot=n_boot)),
             "median": float(np.median(v)), "median_ci": list(bootstrap_ci(v, np.median, seed=seed, n_boot=n_boot)),
             "n": int(len(v))}
+
+
+# ----------------------------------------------------------------------------- ranking metrics
+
+def spearman(scores: Sequence[float], deltas: Sequence[float]) -> float:
+    """Spearman correlation (average ranks for ties, `scipy.stats.spearmanr`); NaN when either side is constant."""
+    from damc.extras import requires
+
+    with requires("Spearman correlation"):
+        from scipy.stats import spearmanr
+
+    a, b = np.asarray(scores, dtype=np.float64), np.asarray(deltas, dtype=np.float64)
+    if len(a) < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return float("nan")
+    return float(spearmanr(a, b).statistic)
+
+
+def ndcg_at_k(scores: Sequence[float], deltas: Sequence[float], k: int = 5) -> float:
+    """NDCG@k of the score order with gains max(delta, 0); NaN when no card has a positive delta."""
+    s, g = np.asarray(scores, dtype=np.float64), np.clip(np.asarray(deltas, dtype=np.float64), 0, None)
+    if g.sum() <= 0:
+        return float("nan")
+    disc = 1.0 / np.log2(np.arange(2, k + 2))
+    top = np.argsort(-s, kind="stable")[:k]
+    ideal = np.sort(g)[::-1][:k]
+    return float((g[top] * disc[:len(top)]).sum() / (ideal * disc[:len(ideal)]).sum())
+
+
+def recall_at(scores: Sequence[float], deltas: Sequence[float], k_teacher: int = 3, k_pred: int = 5) -> float:
+    """Share of the teacher's top-`k_teacher` cards inside the scorer's top-`k_pred`; NaN if n ≤ k_pred."""
+    s, d = np.asarray(scores, dtype=np.float64), np.asarray(deltas, dtype=np.float64)
+    if len(s) <= k_pred:
+        return float("nan")
+    teacher = set(np.argsort(-d, kind="stable")[:k_teacher].tolist())
+    pred = set(np.argsort(-s, kind="stable")[:k_pred].tolist())
+    return len(teacher & pred) / len(teacher)
+
+
+def hit_at_k(scores: Sequence[float], is_key: Sequence[bool], k: int) -> float:
+    """1.0 when a key card is among the `k` best-scored cards (ties: the earlier card), NaN without key cards."""
+    keys = np.asarray(is_key, dtype=bool)
+    if not keys.any():
+        return float("nan")
+    top = np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")[:k]
+    return float(keys[top].any())

@@ -92,7 +92,7 @@ def load_paths(scorer_dir: Path, int8: bool = True, threads: int | None = None) 
 
 def fidelity_by_path(paths: dict[str, Any], labels: str, max_decisions: int = 60) -> dict[str, float]:
     """Mean per-decision Spearman vs. the teacher for each path, on the same decisions."""
-    from damc.eval.metrics import spearman
+    from damc.ranking import spearman
     from damc.labels import group_decisions, load_labels
 
     decisions = group_decisions(load_labels(labels))[:max_decisions]
@@ -106,7 +106,7 @@ def fidelity_by_path(paths: dict[str, Any], labels: str, max_decisions: int = 60
 def big_decision(n_cards: int = 50, seed: int = 3) -> dict[str, Any]:
     """A synthetic decision with at least `n_cards` candidate cards: its teacher contexts and scorer texts."""
     from damc.cards import cards_before, encode_episode
-    from damc.data.episodes import decision_points
+    from damc.episodes import decision_points
     from damc.data.synthetic import SyntheticConfig, generate_episodes
     from damc.prompting import action_text, build_decision_messages, cards_to_messages
     from damc.query import render_card, render_decision_query

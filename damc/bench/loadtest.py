@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from damc.cards import Card, encode_messages
+from damc.models import DEFAULT_ENCODER
 
 TOOLS = [{"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": {}}}}
          for n in ("get_order", "refund", "track_parcel")]
@@ -106,7 +107,7 @@ def _collect(queue: Any, procs: list[Any], timeout_s: float) -> list[dict[str, A
 
 
 def run_concurrent(path: str, n: int, mode: str = "threads", turns: int = 6,
-                   encoder: str = "minilm-l6") -> dict[str, Any]:
+                   encoder: str = DEFAULT_ENCODER) -> dict[str, Any]:
     """N workers against one store directory or PostgreSQL URL (`mode`: "threads" or "processes"); see module
     docstring."""
     if mode == "threads":

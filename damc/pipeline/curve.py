@@ -10,7 +10,7 @@ held-out episodes), exports it with `export.overrides`, and runs the A/B harness
 episode files (`dev=[a/dev.jsonl,b/dev.jsonl]`; each named by its folder) with `damc` next to the lexical
 baselines. A size above what the labels hold trains on all of them, once.
 
-Every step is a fingerprinted stage (`damc.eval.study.Study.run_stage`): a rerun skips what finished with the same
+Every step is a fingerprinted stage (`damc.pipeline.study.Study.run_stage`): a rerun skips what finished with the same
 settings, so a killed curve resumes and a changed setting reruns what it touches (a point chains from a digest of
 the label files, so labels that grew retrain it; a new dev set only evaluates).
 
@@ -29,8 +29,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from damc.eval.pipelines import override_value
-from damc.eval.study import Study
+from damc.pipeline.stages import override_value
+from damc.pipeline.study import Study
 
 METRICS = ("key_hit", "key_recall", "confuser_rate", "candidate_recall", "prompt_tokens")
 
@@ -118,7 +118,7 @@ def point(study: Study, cfg: Any, n: int, root: Path | None = None) -> dict[str,
 
 def write(points: list[dict[str, Any]], cfg: Any, out: Path) -> str:
     """`curve.json`, `curve.md` and `curve.png` under `out`; returns the markdown."""
-    from damc.data.episodes import atomic_write_text
+    from damc.episodes import atomic_write_text
 
     summary = {"points": points, "setting": str(cfg.setting), "labels": str(cfg.labels_path),
                "dev": {name: str(p) for name, p in dev_sets(cfg.dev).items()}}

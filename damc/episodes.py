@@ -5,8 +5,9 @@ An episode is what a tool-calling agent logged: `tools` (OpenAI function schemas
 Every assistant message is a *decision point*; the message itself is the *gold action*.
 
 This module loads and validates episodes (reporting file, line, field and what was expected), writes
-them atomically, extracts decision points, renders gold actions canonically and generates
-multiple-choice distractors.
+them atomically, extracts decision points, renders gold actions canonically, generates
+multiple-choice distractors and splits episodes into train/dev/test (`split_episodes`). It is the ground
+floor's episode contract: it imports nothing from the package, and every layer above reads episodes through it.
 
 Example:
     >>> eps = load_episodes("data/samples/synthetic_sample.jsonl")
@@ -28,7 +29,8 @@ from typing import Any, Iterable, Iterator
 
 logger = logging.getLogger(__name__)
 
-ROLES = ("system", "user", "assistant", "tool")
+ROLES = ("system", "developer", "user", "assistant", "tool")   # "developer": OpenAI's newer system
+SPLITS = ("train", "dev", "test")  # the three episode files a source is cut into
 
 
 class EpisodeFormatError(ValueError):
@@ -206,6 +208,25 @@ def load_episodes(path: str | os.PathLike) -> list[Episode]:
     return eps
 
 
+def default_file_mode() -> int:
+    """The mode `open()` would give a new file: 0o666 less the process umask (0o644 under the usual 022).
+
+    `tempfile.mkstemp` creates 0600 files; atomic writers chmod their temp file to this before the rename, so a
+    file written atomically gets the same permissions as one SQLite or `open()` creates beside it. The umask is
+    read from /proc where it is available (setting it to read it back is not thread-safe).
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write a file atomically (temp file in the same directory, fsync, rename)."""
     path = Path(path)
@@ -216,9 +237,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file normal permissions
+        os.chmod(tmp, default_file_mode())  # mkstemp creates 0600; give the file normal permissions
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -474,3 +493,21 @@ def _similar_shape(a: Any, b: str) -> bool:
     """Two strings look like the same kind of value (both numeric-ish, or both words)."""
     a = str(a)
     return any(ch.isdigit() for ch in a) == any(ch.isdigit() for ch in b) and abs(len(a) - len(b)) <= max(8, len(b))
+
+
+def split_episodes(episodes: list[Episode], fractions: dict[str, float], seed: int = 0) -> dict[str, list[Episode]]:
+    """Split by episode: shuffle with `random.Random(seed)`, cut by `fractions` (train/dev/test).
+
+    Counts are rounded; test takes the remainder. Order inside a split follows the input order.
+    """
+    fr = [float(fractions.get(s, 0.0)) for s in SPLITS]
+    if any(f < 0 for f in fr) or abs(sum(fr) - 1.0) > 1e-6:
+        raise ValueError(f"split fractions must be >= 0 and sum to 1, got {dict(zip(SPLITS, fr))}")
+    idx = list(range(len(episodes)))
+    random.Random(seed).shuffle(idx)
+    n = len(idx)
+    n_train = round(n * fr[0])
+    n_dev = min(round(n * fr[1]), n - n_train)
+    cut = {"train": sorted(idx[:n_train]), "dev": sorted(idx[n_train:n_train + n_dev]),
+           "test": sorted(idx[n_train + n_dev:])}
+    return {s: [episodes[i] for i in cut[s]] for s in SPLITS}

@@ -1,0 +1,50 @@
+"""`make reproduce`: every stage of a study profile in order, then `<out_dir>/report.md`.
+
+    data → labels → train + export → learning curve (optional) → evaluate each dataset → report
+
+The stages are `damc.pipeline.study.Study`'s; the learning curve is `damc.pipeline.curve.study_curve`. This
+module only chains them (it is what `scripts/reproduce.py` runs), so the study and the curve import neither
+this module nor each other's callers.
+
+Example:
+    $ python scripts/reproduce.py experiment=study_tau2_small out_dir=runs/small
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from damc.episodes import atomic_write_text
+from damc.eval.report import report
+from damc.pipeline.curve import study_curve
+from damc.pipeline.study import Study
+
+
+def run_study(cfg: Any) -> dict[str, Any]:
+    """Every stage of the study profile `cfg`; writes and prints `<out_dir>/report.md`."""
+    study = Study(cfg)
+    t0 = time.perf_counter()
+    study.data()
+    labels = study.labels()
+    scorer = study.train_export(labels)
+    curve = study_curve(study, labels, (study.out / "run", scorer, study.exported))
+    evals = study.evaluate(scorer, labels)
+    text = report({n: e["results"] for n, e in evals.items()}, policy="damc",
+                  operating={n: e["operating"] for n, e in evals.items() if e["operating"]})
+    if curve:
+        text += "\n## Learning curve (`curve/curve.png`)\n\n" + curve
+    text += "\n" + stage_times(study)
+    atomic_write_text(study.out / "report.md", text)
+    print(text + f"\nreport: {study.out / 'report.md'} (total {time.perf_counter() - t0:.0f} s)", flush=True)
+    return {"evaluations": evals, "timings_s": study.timings, "report": str(study.out / "report.md")}
+
+
+def stage_times(study: Study) -> str:
+    """Markdown list of every stage's time (from the markers, so earlier runs count too)."""
+    lines = ["Stage times (this machine):", ""]
+    for f in sorted(study.stages_dir.glob("*.json")):
+        d = json.loads(f.read_text())
+        lines.append(f"- `{f.stem}`: {d.get('seconds', 0) / 60:.1f} min (finished {d.get('finished')})")
+    return "\n".join(lines) + "\n"
