@@ -110,6 +110,13 @@ class PgCardIndex(CardIndex):
         """Nothing to save: every vector is written by `sync` in its own transaction."""
         return False
 
+    def forget(self, rowids: Sequence[int]) -> None:
+        """After an erasure: the vectors went with their rows (`PgCardStore.delete_cards` / `delete_scope` /
+        `wipe`), so only the last query (it may quote erased text) is dropped from memory."""
+        with self._lock:
+            self._last_query = None
+            self.erased = self.store.erasures()
+
     def rebuild(self, reason: str = "requested") -> None:
         """Switch the database to this index's encoder and re-embed every hot card (all workers at once)."""
         logger.info("re-embedding every card of %s (%s)", self.store.where, reason)

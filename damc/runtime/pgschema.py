@@ -9,7 +9,9 @@ Tables are prefixed `damc_`, so they can sit in a database that holds other thin
   encoder's (384 for all-MiniLM-L6-v2): the column and its HNSW index (`vector_ip_ops`, partial on hot cards)
   are added by the first `PgCardIndex` that knows the encoder (`damc.runtime.pgindex`);
 * `damc_sessions` (message count and pending tool calls per scope + session), `damc_contexts` (the last built
-  context per session), `damc_meta` (schema version, vector dimension, encoder name).
+  context per session), `damc_events` (a card's history after it was written: "archive", "merge", "merged_into",
+  "restore", as the SQLite store's `events`), `damc_meta` (schema version, vector dimension, encoder name, and
+  `erased`: how many erasures the store has seen).
 
 Every worker runs `open_schema` on open: `CREATE ... IF NOT EXISTS` under a transaction-level advisory lock (so
 workers starting together create it once), the version recorded in `damc_meta`, older layouts migrated by
@@ -17,6 +19,7 @@ workers starting together create it once), the version recorded in `damc_meta`, 
 
 Versions:
     1. cards / sessions / contexts / meta; the vector column added by the index.
+    2. `damc_events`, back-filled from what v1 rows record (`damc.runtime.schema.backfilled_events`).
 """
 
 from __future__ import annotations
@@ -24,11 +27,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from damc.runtime.schema import backfilled_events
 from damc.runtime.store import StoreError
 
 logger = logging.getLogger(__name__)
 
-PG_SCHEMA_VERSION = 1   # 1: cards / sessions / contexts / meta, the vector column added by the index
+PG_SCHEMA_VERSION = 2   # 1: cards / sessions / contexts / meta, the vector column added by the index; 2: events
 LOCK_KEY = 0x44414D43   # pg_advisory_xact_lock key ("DAMC") held while creating or changing the layout
 MAX_EF_SEARCH = 1000    # pgvector's upper bound for hnsw.ef_search
 COUNT_CAP = 1_000_000   # a search counts the scope's cards up to this many (index-only) to pick its path
@@ -78,9 +82,36 @@ CREATE TABLE IF NOT EXISTS damc_contexts (
     data TEXT NOT NULL,
     PRIMARY KEY (user_id, agent_id, session_id)
 );
+CREATE TABLE IF NOT EXISTS damc_events (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    user_id TEXT NOT NULL,
+    agent_id TEXT NOT NULL DEFAULT '',
+    card_id TEXT NOT NULL,
+    event TEXT NOT NULL,
+    t DOUBLE PRECISION NOT NULL,
+    detail TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS damc_events_card ON damc_events (user_id, agent_id, card_id, id);
 """
 
-PG_MIGRATIONS: dict[int, Any] = {}  # from version -> function(conn) bringing it to version + 1 (none yet)
+
+def migrate_v1_to_v2(c: Any) -> None:
+    """Add `damc_events` inside the caller's transaction, back-filled from the cold and merged cards."""
+    create(c)   # IF NOT EXISTS throughout: only the events table is new
+    rows = c.execute("SELECT user_id, agent_id, card_id, tier, archived_at, data FROM damc_cards "
+                     "WHERE tier = 'cold' OR data LIKE '%%merged_from%%' ORDER BY rowid").fetchall()
+    with c.cursor() as cur:
+        cur.executemany("INSERT INTO damc_events (user_id, agent_id, card_id, event, t, detail) VALUES "
+                        "(%s, %s, %s, %s, %s, %s)", backfilled_events(rows))
+
+
+def create(c: Any) -> None:
+    """Create the current layout, statement by statement (every one `IF NOT EXISTS`)."""
+    for stmt in SCHEMA.split(";"):
+        if stmt.strip():
+            c.execute(stmt)
+
+PG_MIGRATIONS: dict[int, Any] = {1: migrate_v1_to_v2}  # from version -> function(conn) bringing it to version + 1
 
 
 def open_schema(c: Any, where: str) -> tuple[str, int | None]:
@@ -113,9 +144,7 @@ def open_schema(c: Any, where: str) -> tuple[str, int | None]:
         row = c.execute("SELECT value FROM damc_meta WHERE key = 'schema_version'").fetchone()
         version = int(row[0]) if row else None
     if version is None:
-        for stmt in SCHEMA.split(";"):
-            if stmt.strip():
-                c.execute(stmt)
+        create(c)
         c.execute("INSERT INTO damc_meta VALUES ('schema_version', %s) ON CONFLICT (key) DO NOTHING",
                   (str(PG_SCHEMA_VERSION),))
         version = PG_SCHEMA_VERSION

@@ -2,8 +2,8 @@
 
 `DecisionAwareMemory("postgresql://user@host/db")` (or a `psycopg_pool.ConnectionPool`) opens `PgCardStore` +
 `PgCardIndex` (`damc.runtime.pgindex`) instead of SQLite + FAISS (`damc.runtime.storage.open_storage`); both have
-the method surface of `CardStore` / `CardIndex` that the memory, lifecycle and valuers call
-(`damc.runtime.storage.CardStorage`, `VectorIndex`). The layout and its versions: `damc.runtime.pgschema`.
+the method surface of `CardStore` / `CardIndex` that the memory, lifecycle, valuers and Mem0's verbs call
+(`damc.runtime.storage.CardStorage`, `VectorIndex`; history and erasure: `damc.runtime.pgverbs`). The layout and its versions: `damc.runtime.pgschema`.
 
 Guarantees (the same as the embedded store's):
 
@@ -40,6 +40,7 @@ from damc.cards import Card
 from damc.extras import requires
 from damc.runtime.scope import DEFAULT_SCOPE, Scope
 from damc.runtime.pgschema import open_schema
+from damc.runtime.pgverbs import PgStoreVerbsMixin
 from damc.runtime.store import CardStore, StoredCard, StoreError, parse_time
 
 logger = logging.getLogger(__name__)
@@ -100,7 +101,7 @@ def _redact(url: str) -> str:
     return f"{head}://{cred.split(':', 1)[0]}@{host}"
 
 
-class PgCardStore:
+class PgCardStore(PgStoreVerbsMixin):
     """Cards in PostgreSQL (see module docstring); the method surface of `CardStore`.
 
     Args:
@@ -280,18 +281,16 @@ class PgCardStore:
             {"n_messages": 0, "pending": {}}
 
     def set_tier(self, card_ids: Sequence[str], tier: str, now: float | None = None, *,
-                 scope: Scope = DEFAULT_SCOPE) -> int:
-        """Move a scope's cards to `hot` or `cold` in one transaction; returns how many changed."""
+                 scope: Scope = DEFAULT_SCOPE, event: str | None = None, detail: dict[str, Any] | None = None) -> int:
+        """Move a scope's cards to `hot` or `cold` in one transaction; returns how many changed. With `event`, each
+        card that changed gets that event (and `detail`) in its history, in the same transaction."""
         if tier not in ("hot", "cold"):
             raise ValueError(f"tier must be 'hot' or 'cold', got {tier!r}")
         if not card_ids:
             return 0
         now = time.time() if now is None else now
-        where, args = scope_sql(scope)
         with self.transaction() as c:
-            return c.execute(f"UPDATE damc_cards SET tier = %s, seq = nextval('damc_seq'), archived_at = %s WHERE "
-                             f"{where} AND card_id = ANY(%s) AND tier != %s",
-                             (tier, now if tier == "cold" else None) + args + (list(card_ids), tier)).rowcount
+            return self._set_tier_tx(c, card_ids, tier, now, scope, event, detail)
 
     def record_values(self, values: dict[str, float], scope: Scope = DEFAULT_SCOPE) -> None:
         """Remember the latest and maximum value each card got (for `archive`); does not bump `seq`."""

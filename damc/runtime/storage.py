@@ -51,7 +51,8 @@ class CardStorage(Protocol):
     def add_cards(self, cards: Sequence[Card], session_id: str | None = None,
                   pinned: Sequence[bool] | None = None, *, scope: Scope = ...) -> list[int]: ...
 
-    def set_tier(self, card_ids: Sequence[str], tier: str, now: float | None = None, *, scope: Scope = ...) -> int: ...
+    def set_tier(self, card_ids: Sequence[str], tier: str, now: float | None = None, *, scope: Scope = ...,
+                 event: str | None = None, detail: dict[str, Any] | None = None) -> int: ...
 
     def record_values(self, values: dict[str, float], scope: Scope = ...) -> None: ...
 
@@ -83,6 +84,35 @@ class CardStorage(Protocol):
 
     def stamp(self) -> dict[str, int]: ...
 
+    # history and erasure (Mem0's verbs, `damc.runtime.verbs`; `store_verbs` / `pgverbs`)
+
+    def events(self, card_id: str, scope: Scope = ...) -> list[tuple[str, float, dict[str, Any]]]:
+        """`(event, t, detail)` of a scope's card, oldest first ("archive", "merge", "merged_into", "restore")."""
+
+    def merge_cards(self, card: Card, session_id: str, pinned: bool, member_ids: Sequence[str], *,
+                    scope: Scope = ..., now: float | None = None) -> int:
+        """Write a merged card, move its members cold, record the events: one transaction; the new rowid."""
+
+    def derived_from(self, card_ids: Sequence[str], scope: Scope = ...) -> list[Any]:
+        """The scope's merged cards whose `meta["merged_from"]` names one of these cards."""
+
+    def delete_cards(self, card_ids: Sequence[str], scope: Scope = ..., *, restore: Sequence[str] = (),
+                     detail: dict[str, Any] | None = None, sessions: Sequence[str] = ()) -> list[int]:
+        """Erase cards and every row derived from them in one transaction; the erased rowids."""
+
+    def delete_scope(self, scope: Scope, *, all_agents: bool = False) -> list[int]:
+        """Erase every row of a scope (of every scope of its user) in one transaction; the erased rowids."""
+
+    def wipe(self) -> list[int]:
+        """Erase every row but the layout's own in one transaction; the erased rowids."""
+
+    def erasures(self) -> int:
+        """How many erasures the store has seen (an index that saw fewer holds erased vectors)."""
+
+    def scrub(self, vacuum: bool = True) -> dict[str, Any]:
+        """After an erasure: make erased rows unreadable where the backend can (SQLite: VACUUM + WAL checkpoint;
+        PostgreSQL: VACUUM of the tables)."""
+
     def close(self) -> None: ...
 
 
@@ -108,6 +138,9 @@ class VectorIndex(Protocol):
     def query_vector(self, text: str) -> np.ndarray: ...
 
     def card_vectors(self, card_ids: Sequence[str], scope: Scope = ...) -> np.ndarray: ...
+
+    def forget(self, rowids: Sequence[int]) -> None:
+        """After an erasure: drop the erased cards' vectors (and anything quoting them) from the index."""
 
     def vectors_for(self, rows: Sequence[tuple[int, int]]) -> np.ndarray:
         """Unit embeddings of `(rowid, seq)` rows (lifecycle's merge), `(n, dim)`."""
