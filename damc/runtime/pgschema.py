@@ -28,6 +28,7 @@ import logging
 from typing import Any
 
 from damc.runtime.schema import backfilled_events
+from damc.runtime.scope import Scope
 from damc.runtime.store import StoreError
 
 logger = logging.getLogger(__name__)
@@ -93,6 +94,12 @@ CREATE TABLE IF NOT EXISTS damc_events (
 );
 CREATE INDEX IF NOT EXISTS damc_events_card ON damc_events (user_id, agent_id, card_id, id);
 """
+
+
+def scope_sql(scope: Scope) -> tuple[str, tuple[str, str]]:
+    """`Scope.where()` with psycopg's `%s` placeholders."""
+    where, args = scope.where()
+    return where.replace("?", "%s"), args
 
 
 def migrate_v1_to_v2(c: Any) -> None:

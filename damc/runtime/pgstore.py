@@ -39,7 +39,7 @@ from typing import Any, Iterator, Sequence
 from damc.cards import Card
 from damc.extras import requires
 from damc.runtime.scope import DEFAULT_SCOPE, Scope
-from damc.runtime.pgschema import open_schema
+from damc.runtime.pgschema import open_schema, scope_sql
 from damc.runtime.pgverbs import PgStoreVerbsMixin
 from damc.runtime.store import CardStore, StoredCard, StoreError, parse_time
 
@@ -80,12 +80,6 @@ class PgConfig:
     exact_max: int = 2_000
     embed_batch: int = 256
     check_connection: bool = True
-
-
-def scope_sql(scope: Scope) -> tuple[str, tuple[str, str]]:
-    """`Scope.where()` with psycopg's `%s` placeholders."""
-    where, args = scope.where()
-    return where.replace("?", "%s"), args
 
 
 def _dumps(card: Card) -> str:

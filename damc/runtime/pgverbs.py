@@ -27,6 +27,7 @@ import time
 from typing import TYPE_CHECKING, Any, Sequence
 
 from damc.cards import Card
+from damc.runtime.pgschema import scope_sql
 from damc.runtime.scope import DEFAULT_SCOPE, Scope
 
 if TYPE_CHECKING:
@@ -42,8 +43,6 @@ class PgStoreVerbsMixin:
     def _set_tier_tx(self, c: Any, card_ids: Sequence[str], tier: str, now: float, scope: Scope,
                      event: str | None = None, detail: dict[str, Any] | None = None) -> int:
         """`set_tier`'s body inside the caller's transaction; each card that changed gets `event` in its history."""
-        from damc.runtime.pgstore import scope_sql
-
         where, args = scope_sql(scope)
         changed = [r[0] for r in c.execute(
             f"UPDATE damc_cards SET tier = %s, seq = nextval('damc_seq'), archived_at = %s WHERE {where} AND "
@@ -63,8 +62,6 @@ class PgStoreVerbsMixin:
 
     def events(self, card_id: str, scope: Scope = DEFAULT_SCOPE) -> list[tuple[str, float, dict[str, Any]]]:
         """`(event, t, detail)` of a scope's card in the order they happened."""
-        from damc.runtime.pgstore import scope_sql
-
         where, args = scope_sql(scope)
         return [(e, t, json.loads(d)) for e, t, d in self._query(
             f"SELECT event, t, detail FROM damc_events WHERE {where} AND card_id = %s ORDER BY id", args + (card_id,))]
@@ -113,8 +110,6 @@ class PgStoreVerbsMixin:
         their events, the saved contexts that show them, pending-call entries naming them; `restore` goes back to
         the hot tier with a "restore" event; the scope's rows of `sessions` go from every `damc_` table with a
         `session_id` column. Returns the erased rowids."""
-        from damc.runtime.pgstore import scope_sql
-
         ids = list(dict.fromkeys(card_ids))
         where, args = scope_sql(scope)
         with self.transaction() as c:
@@ -146,8 +141,6 @@ class PgStoreVerbsMixin:
     def delete_scope(self, scope: Scope, *, all_agents: bool = False) -> list[int]:
         """Erase every row of a scope (with `all_agents`: of every scope of its user) from every `damc_` table
         keyed by scope, in one transaction. Returns the erased card rowids."""
-        from damc.runtime.pgstore import scope_sql
-
         cond, args = ("user_id = %s", (scope.user_id,)) if all_agents else scope_sql(scope)
         with self.transaction() as c:
             rowids = [r[0] for r in c.execute(f"DELETE FROM damc_cards WHERE {cond} RETURNING rowid", args)]
