@@ -247,7 +247,7 @@ def test_sweeps_render_modes_and_variants_run_through_one_memory(pipeline, tmp_p
 
 def test_selection_only_builds_the_same_prompts_without_the_decision_llm(pipeline, tmp_path, monkeypatch):
     """score=false: the prompts (hashes), kept cards and memory metrics of a scoring run, no LLM weights loaded."""
-    import damc.teacher.backends
+    import damc.llm
     from damc.eval.harness import main
 
     common = ("policies=[window,bm25,damc,oracle]", "budgets=[256]", "max_decisions=2", "data.tool_calls_only=true")
@@ -256,7 +256,7 @@ def test_selection_only_builds_the_same_prompts_without_the_decision_llm(pipelin
     def no_weights(*a, **k):
         raise AssertionError("score=false must not load the decision LLM")
 
-    monkeypatch.setattr(damc.teacher.backends.HFTeacher, "__init__", no_weights)
+    monkeypatch.setattr(damc.llm.LocalLLM, "__init__", no_weights)
     out = tmp_path / "selection"
     sel = main(_eval_cfg(pipeline, out, *common, "score=false"))
     a = {(r["policy"], r["decision_id"]): r for r in _records(tmp_path / "scored")}

@@ -195,7 +195,7 @@ def test_real_configs_compose_with_experiment_and_logger_groups(tmp_path):
 def test_runtime_valuer_loads_scorer_in_native_precision(scorer_dir):
     import torch
 
-    from damc.models import pick_dtype
+    from damc.llm import pick_dtype
     from damc.runtime.valuers import ScorerValuer
 
     auto = ScorerValuer.from_pretrained(str(scorer_dir))

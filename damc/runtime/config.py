@@ -14,7 +14,13 @@ class MemoryConfig:
     """Runtime settings (defaults follow the seed article).
 
     Attributes:
-        session_id: session the messages belong to (card ids are `{session_id}:{message index}...`).
+        session_id: session the messages belong to (card ids are `{session_id}:{message index}...`, the index
+            counted by the store). A message list that does not continue it is another conversation: see
+            `on_mismatch`.
+        on_mismatch: what a message list that does not continue its session gets: "new_session" (a session
+            derived from its first messages, `{session_id}~{hash}`, found again when the conversation is sent
+            again) or "error" (`ConversationMismatchError` naming the first differing message). A trimmed or
+            compacted history re-syncs either way (`damc.runtime.identity`).
         context_window: the decision LLM's context window (tokens).
         budget_fraction: share of the window left after system, tools and current turn given to memory.
         top_n: FAISS candidates by similarity to the decision query.
@@ -42,6 +48,7 @@ class MemoryConfig:
     """
 
     session_id: str = "default"
+    on_mismatch: str = "new_session"   # "new_session" | "error": another conversation under this session id
     context_window: int = 8192
     budget_fraction: float = 0.65
     # retrieve: the candidate set (the teacher labels the same one: configs/memory/default.yaml)

@@ -419,7 +419,7 @@ def _load_torch(path: Path, dtype: str, device: str, num_threads: int | None) ->
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from damc.models import pick_dtype
+    from damc.llm import pick_dtype
 
     if not (path / "config.json").exists():
         raise ScorerFormatError(f"{path} has no config.json / weights")

@@ -28,6 +28,7 @@ from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from damc.cards import Card
+from damc.runtime.paths import STORE_SUFFIXES
 from damc.runtime.scope import Scope
 
 URL_PREFIXES = ("postgresql://", "postgres://")
@@ -164,7 +165,7 @@ def embedded_paths(path: str | os.PathLike | None) -> tuple[str, str | None]:
     if path is None:
         return ":memory:", None
     p = Path(path)
-    if p.suffix in (".db", ".sqlite", ".sqlite3"):
+    if p.suffix in STORE_SUFFIXES:
         return str(p), str(p.with_suffix(".faiss"))
     p.mkdir(parents=True, exist_ok=True)
     return str(p / "cards.db"), str(p / "cards.faiss")
@@ -214,7 +215,7 @@ def open_store(path: Any, store_config: Any = None) -> CardStorage:
     from damc.runtime.store import CardStore
 
     p = Path(path)
-    db = p if p.suffix in (".db", ".sqlite", ".sqlite3") else p / "cards.db"
+    db = p if p.suffix in STORE_SUFFIXES else p / "cards.db"
     if not db.exists():
         raise FileNotFoundError(f"no DAMC store at {db}")
     return CardStore(db, store_config)
