@@ -452,9 +452,11 @@ def test_delete_all_leaves_no_row_of_alice_in_postgres(pg_url):
 
 
 def test_postgres_scrub_vacuums_and_v1_store_gets_backfilled_history(pg_url):
-    """`scrub` VACUUMs the damc tables (plain, or FULL); a schema-1 database (no events table) opens at schema 2
-    with the merge history back-filled, as the SQLite store's schema-2 files do."""
+    """`scrub` VACUUMs the damc tables (plain, or FULL); a schema-1 database (no events table) opens at the current
+    schema with the merge history back-filled, as the SQLite store's schema-2 files do."""
     import psycopg
+
+    from damc.runtime.pgschema import PG_SCHEMA_VERSION
 
     mem = open_memory(pg_url)
     mem.add_messages(_duplicates("s", "x"), "s", user_id="alice")
@@ -467,7 +469,7 @@ def test_postgres_scrub_vacuums_and_v1_store_gets_backfilled_history(pg_url):
         c.execute("DROP TABLE damc_events")
         c.execute("UPDATE damc_meta SET value = '1' WHERE key = 'schema_version'")
     mem = open_memory(pg_url)
-    assert mem.store.schema_version == 2
+    assert mem.store.schema_version == PG_SCHEMA_VERSION
     h = mem.history(merged.card_id, user_id="alice")
     assert [e.event for e in h] == ["add", "merge"] and h[1].detail["backfilled"] is True
     assert h[1].detail["sources"] == merged.meta["merged_from"]

@@ -20,6 +20,8 @@ workers starting together create it once), the version recorded in `damc_meta`, 
 Versions:
     1. cards / sessions / contexts / meta; the vector column added by the index.
     2. `damc_events`, back-filled from what v1 rows record (`damc.runtime.schema.backfilled_events`).
+    3. conversation identity: `damc_session_messages` (each session's hash chain: one row per ingested message,
+       its digest and chain value) and `damc_sessions.view` (`damc.runtime.pgsessions`), as SQLite's schema 4.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from damc.runtime.store import StoreError
 
 logger = logging.getLogger(__name__)
 
-PG_SCHEMA_VERSION = 2   # 1: cards / sessions / contexts / meta, the vector column added by the index; 2: events
+PG_SCHEMA_VERSION = 3   # 1: cards / sessions / contexts / meta, the vector column added by the index; 2: events;
+#                         3: session hash chains
 LOCK_KEY = 0x44414D43   # pg_advisory_xact_lock key ("DAMC") held while creating or changing the layout
 MAX_EF_SEARCH = 1000    # pgvector's upper bound for hnsw.ef_search
 COUNT_CAP = 1_000_000   # a search counts the scope's cards up to this many (index-only) to pick its path
@@ -73,8 +76,19 @@ CREATE TABLE IF NOT EXISTS damc_sessions (
     session_id TEXT NOT NULL,
     n_messages INTEGER NOT NULL DEFAULT 0,
     pending TEXT NOT NULL DEFAULT '{}',
+    view TEXT,
     PRIMARY KEY (user_id, agent_id, session_id)
 );
+CREATE TABLE IF NOT EXISTS damc_session_messages (
+    user_id TEXT NOT NULL,
+    agent_id TEXT NOT NULL DEFAULT '',
+    session_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    digest TEXT NOT NULL,
+    chain TEXT NOT NULL,
+    PRIMARY KEY (user_id, agent_id, session_id, idx)
+);
+CREATE INDEX IF NOT EXISTS damc_session_messages_digest ON damc_session_messages (user_id, agent_id, digest);
 CREATE TABLE IF NOT EXISTS damc_contexts (
     user_id TEXT NOT NULL,
     agent_id TEXT NOT NULL DEFAULT '',
@@ -112,13 +126,20 @@ def migrate_v1_to_v2(c: Any) -> None:
                         "(%s, %s, %s, %s, %s, %s)", backfilled_events(rows))
 
 
+def migrate_v2_to_v3(c: Any) -> None:
+    """Add the hash-chain table and `damc_sessions.view` inside the caller's transaction; v2 sessions have no
+    chain rows: their first later call adopts the caller's messages as the chain (as SQLite's v3 -> v4)."""
+    c.execute("ALTER TABLE damc_sessions ADD COLUMN IF NOT EXISTS view TEXT")
+    create(c)
+
+
 def create(c: Any) -> None:
     """Create the current layout, statement by statement (every one `IF NOT EXISTS`)."""
     for stmt in SCHEMA.split(";"):
         if stmt.strip():
             c.execute(stmt)
 
-PG_MIGRATIONS: dict[int, Any] = {1: migrate_v1_to_v2}  # from version -> function(conn) bringing it to version + 1
+PG_MIGRATIONS: dict[int, Any] = {1: migrate_v1_to_v2, 2: migrate_v2_to_v3}  # from version -> function(conn) bringing it to version + 1
 
 
 def open_schema(c: Any, where: str) -> tuple[str, int | None]:

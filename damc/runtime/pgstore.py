@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 import weakref
 from contextlib import contextmanager
@@ -40,6 +41,7 @@ from damc.cards import Card
 from damc.extras import requires
 from damc.runtime.scope import DEFAULT_SCOPE, Scope
 from damc.runtime.pgschema import open_schema, scope_sql
+from damc.runtime.pgsessions import PgSessionChains
 from damc.runtime.pgverbs import PgStoreVerbsMixin
 from damc.runtime.store import CardStore, StoredCard, StoreError, parse_time
 
@@ -95,7 +97,7 @@ def _redact(url: str) -> str:
     return f"{head}://{cred.split(':', 1)[0]}@{host}"
 
 
-class PgCardStore(PgStoreVerbsMixin):
+class PgCardStore(PgStoreVerbsMixin, PgSessionChains):
     """Cards in PostgreSQL (see module docstring); the method surface of `CardStore`.
 
     Args:
@@ -118,6 +120,7 @@ class PgCardStore(PgStoreVerbsMixin):
             from psycopg_pool import ConnectionPool
         self.config = cfg = config or PgConfig()
         self._registered: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self._tx = threading.local()   # .conn: the ingest transaction's connection while its batch runs (pgsessions)
         self.url = conn   # what opened it (the URL with its password, or the pool): to open the same store again
         if isinstance(conn, str):
             self.where = _redact(conn)
@@ -255,7 +258,11 @@ class PgCardStore(PgStoreVerbsMixin):
             row = c.execute("SELECT n_messages, pending FROM damc_sessions WHERE user_id = %s AND agent_id = %s AND "
                             "session_id = %s FOR UPDATE", key).fetchone()
             state = {"n_messages": row[0], "pending": json.loads(row[1])}
-            cards, pinned, new_state, result = fn(state, lambda cid: self._get_in_tx(c, cid, scope))
+            self._tx.conn = c   # the batch function's `extend_chain` writes in this transaction
+            try:
+                cards, pinned, new_state, result = fn(state, lambda cid: self._get_in_tx(c, cid, scope))
+            finally:
+                self._tx.conn = None
             if cards:
                 self._upsert(c, cards, session_id, pinned, now, scope)
             c.execute("UPDATE damc_sessions SET n_messages = %s, pending = %s WHERE user_id = %s AND agent_id = %s "
