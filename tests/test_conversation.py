@@ -230,8 +230,8 @@ def test_stores_from_before_chains_adopt_the_conversation(where):
     mem = DecisionAwareMemory(path, tokenizer=None)
     mem.build_context(conv_a(), tools=TOOLS)
     with mem.store.transaction() as c:
-        c.execute(("DELETE FROM damc_session_messages" if str(path).startswith("postgresql://") else
-                   "DELETE FROM session_messages"))
+        c.execute("DELETE FROM damc_session_messages" if str(path).startswith("postgresql://") else
+                  "DELETE FROM session_messages")
     mem.close()
     mem = DecisionAwareMemory(path, tokenizer=None)
     n = len(mem)

@@ -39,10 +39,10 @@ from typing import Any, Iterator, Sequence
 
 from damc.cards import Card
 from damc.extras import requires
-from damc.runtime.scope import DEFAULT_SCOPE, Scope
 from damc.runtime.pgschema import open_schema, scope_sql
 from damc.runtime.pgsessions import PgSessionChains
 from damc.runtime.pgverbs import PgStoreVerbsMixin
+from damc.runtime.scope import DEFAULT_SCOPE, Scope
 from damc.runtime.store import CardStore, StoredCard, StoreError, parse_time
 
 logger = logging.getLogger(__name__)
