@@ -281,17 +281,7 @@ class PgCardStore(PgStoreVerbsMixin, PgSessionChains):
         return {"n_messages": rows[0][0], "pending": json.loads(rows[0][1])} if rows else \
             {"n_messages": 0, "pending": {}}
 
-    def set_tier(self, card_ids: Sequence[str], tier: str, now: float | None = None, *,
-                 scope: Scope = DEFAULT_SCOPE, event: str | None = None, detail: dict[str, Any] | None = None) -> int:
-        """Move a scope's cards to `hot` or `cold` in one transaction; returns how many changed. With `event`, each
-        card that changed gets that event (and `detail`) in its history, in the same transaction."""
-        if tier not in ("hot", "cold"):
-            raise ValueError(f"tier must be 'hot' or 'cold', got {tier!r}")
-        if not card_ids:
-            return 0
-        now = time.time() if now is None else now
-        with self.transaction() as c:
-            return self._set_tier_tx(c, card_ids, tier, now, scope, event, detail)
+    set_tier = CardStore.set_tier   # the same body: validation, then `_set_tier_tx` (pgverbs) in one transaction
 
     def record_values(self, values: dict[str, float], scope: Scope = DEFAULT_SCOPE) -> None:
         """Remember the latest and maximum value each card got (for `archive`); does not bump `seq`."""

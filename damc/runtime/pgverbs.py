@@ -26,9 +26,9 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
-from damc.cards import Card
 from damc.runtime.pgschema import scope_sql
 from damc.runtime.scope import DEFAULT_SCOPE, Scope
+from damc.runtime.store_verbs import StoreVerbsMixin
 
 if TYPE_CHECKING:
     from damc.runtime.store import StoredCard
@@ -66,17 +66,8 @@ class PgStoreVerbsMixin:
         return [(e, t, json.loads(d)) for e, t, d in self._query(
             f"SELECT event, t, detail FROM damc_events WHERE {where} AND card_id = %s ORDER BY id", args + (card_id,))]
 
-    def merge_cards(self, card: Card, session_id: str, pinned: bool, member_ids: Sequence[str], *,
-                    scope: Scope = DEFAULT_SCOPE, now: float | None = None) -> int:
-        """Write a merged card and move its members to the cold tier, with their history events, in one
-        transaction. Returns the new card's rowid."""
-        now = time.time() if now is None else now
-        sources = (card.meta or {}).get("merged_from") or list(member_ids)
-        with self.transaction() as c:
-            rowid = self._upsert(c, [card], session_id, [pinned], now, scope)[0]
-            self._add_event(c, card.card_id, "merge", now, {"sources": list(sources)}, scope)
-            self._set_tier_tx(c, member_ids, "cold", now, scope, "merged_into", {"into": card.card_id})
-            return rowid
+    # the same body on either store: `_upsert`, `_add_event` and `_set_tier_tx` in one `transaction`
+    merge_cards = StoreVerbsMixin.merge_cards
 
     def derived_from(self, card_ids: Sequence[str], scope: Scope = DEFAULT_SCOPE) -> list[StoredCard]:
         """The scope's merged cards (any tier) whose `meta["merged_from"]` names one of these cards."""
