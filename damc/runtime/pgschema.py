@@ -139,7 +139,8 @@ def create(c: Any) -> None:
         if stmt.strip():
             c.execute(stmt)
 
-PG_MIGRATIONS: dict[int, Any] = {1: migrate_v1_to_v2, 2: migrate_v2_to_v3}  # from version -> function(conn) bringing it to version + 1
+# from version -> function(conn) bringing it to version + 1, inside `open_schema`'s transaction
+PG_MIGRATIONS: dict[int, Any] = {1: migrate_v1_to_v2, 2: migrate_v2_to_v3}
 
 
 def open_schema(c: Any, where: str) -> tuple[str, int | None]:

@@ -3,7 +3,8 @@
 `DecisionAwareMemory("postgresql://user@host/db")` (or a `psycopg_pool.ConnectionPool`) opens `PgCardStore` +
 `PgCardIndex` (`damc.runtime.pgindex`) instead of SQLite + FAISS (`damc.runtime.storage.open_storage`); both have
 the method surface of `CardStore` / `CardIndex` that the memory, lifecycle, valuers and Mem0's verbs call
-(`damc.runtime.storage.CardStorage`, `VectorIndex`; history and erasure: `damc.runtime.pgverbs`). The layout and its versions: `damc.runtime.pgschema`.
+(`damc.runtime.storage.CardStorage`, `VectorIndex`; history and erasure: `damc.runtime.pgverbs`; hash chains:
+`damc.runtime.pgsessions`). The layout and its versions: `damc.runtime.pgschema`.
 
 Guarantees (the same as the embedded store's):
 

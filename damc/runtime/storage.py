@@ -85,6 +85,20 @@ class CardStorage(Protocol):
 
     def stamp(self) -> dict[str, int]: ...
 
+    # conversation identity (`damc.runtime.sessions`, `observe`; `SessionChains` / `pgsessions.PgSessionChains`)
+
+    def extend_chain(self, session_id: str, scope: Scope, n0: int, digests: Sequence[str], view: Any) -> None:
+        """Append a batch's message digests to the session's hash chain, inside `ingest`'s batch function."""
+
+    def session_view(self, session_id: str, scope: Scope = ...) -> tuple[int, list[int] | None]: ...
+
+    def chain_rows(self, session_id: str, indices: Sequence[int] | None = None,
+                   scope: Scope = ...) -> dict[int, tuple[str, str]]: ...
+
+    def backfill_chain(self, session_id: str, digests: dict[int, str], scope: Scope = ...) -> None: ...
+
+    def sessions_holding(self, digests: Sequence[str], base: str, scope: Scope = ..., limit: int = 8) -> list[str]: ...
+
     # history and erasure (Mem0's verbs, `damc.runtime.verbs`; `store_verbs` / `pgverbs`)
 
     def events(self, card_id: str, scope: Scope = ...) -> list[tuple[str, float, dict[str, Any]]]:
