@@ -2,8 +2,9 @@
 
 `make demo` (`damc.pipeline.stages`): data → labels → train → export (ONNX + int8) → evaluate on a few synthetic
 episodes; a second call skips every finished stage (same fingerprints), a changed setting reruns from its stage.
-`make reproduce` (`damc.pipeline.reproduce`): the reduced τ²-bench profile (`study_tau2_small`): tau2 retail replayed,
-labelled, one student, dev sweep → operating points → test, report.md — then a rerun does nothing.
+`make reproduce` (`damc.pipeline.reproduce`): the test-sized τ²-bench profile (`study_tau2_tiny`, `study_tau2_small` with
+fewer teacher and decision-LLM passes): tau2 retail replayed, labelled, one student, dev sweep → operating points →
+test, report.md — then a rerun does nothing; a second decision LLM and a learning curve add only their own stages.
 """
 
 import json
@@ -12,6 +13,9 @@ import re
 import pytest
 
 pytestmark = pytest.mark.slow
+# shorter synthetic episodes than the demo's 40-70 messages (fewer cards to embed, index and label)
+SHORT_EPISODES = ("+synthetic.min_messages=10", "+synthetic.max_messages=40", "+synthetic.min_threads=1",
+                  "+synthetic.max_threads=2", "+synthetic.min_fillers=1", "+synthetic.max_fillers=2")
 
 
 def test_demo_pipeline_runs_every_stage_and_resumes(tmp_path, capsys):
@@ -19,8 +23,9 @@ def test_demo_pipeline_runs_every_stage_and_resumes(tmp_path, capsys):
 
     out = tmp_path / "demo"
     overrides = [
-        f"out_dir={out}", "data.n_episodes=10", "label.n_episodes=2", "label.calls_per_episode=4",
-        "label.overrides=['data.tool_calls_only=true','memory.max_candidates=8']",
+        f"out_dir={out}", "data.n_episodes=10", "data.overrides=[" + ",".join(f"'{o}'" for o in SHORT_EPISODES) + "]",
+        "label.n_episodes=2", "label.calls_per_episode=3",
+        "label.overrides=['data.tool_calls_only=true','memory.max_candidates=3']",
         "train.overrides=['trainer=tiny','logger=none','model.max_length=96','data.max_cards=6','data.dev_fraction=0.5']",
         "evaluate.policies=[window,bm25,damc,oracle]", "evaluate.budgets=[256]",
         "evaluate.overrides=['max_decisions=2','data.tool_calls_only=true','n_boot=50']"]
@@ -38,48 +43,83 @@ def test_demo_pipeline_runs_every_stage_and_resumes(tmp_path, capsys):
     again = main(compose_stage("demo", overrides))                 # finished stages are skipped
     assert again["timings_s"] == {}
     assert "done earlier (same settings" in capsys.readouterr().out
-    changed = main(compose_stage("demo", overrides + ["evaluate.budgets=[128]"]))
+    # another budget, selection only (no decision-LLM pass: the scoring path ran above)
+    changed = main(compose_stage("demo", overrides + [
+        "evaluate.budgets=[128]", "evaluate.overrides=['max_decisions=2','data.tool_calls_only=true','score=false']"]))
     assert set(changed["timings_s"]) == {"evaluate"}               # only the changed stage reruns
-    assert set(json.loads((out / "eval" / "results.json").read_text())["policies"]) == {
-        "window@128", "bm25@128", "damc@128", "oracle@128"}
+    again = json.loads((out / "eval" / "results.json").read_text())["policies"]
+    assert set(again) == {"window@128", "bm25@128", "damc@128", "oracle@128"}
+    assert all(p["n_decisions"] == 2 for p in again.values())
+    recs = [json.loads(x) for x in (out / "eval" / "records.jsonl").read_text().splitlines() if x.strip()]
+    assert len([r for r in recs if r["setting"] == "128"]) == 4 * 2
+    assert all(r["history_tokens"] <= 128 and r["gold_logprob"] is None for r in recs if r["setting"] == "128")
 
 
-def test_the_small_tau2_study_runs_end_to_end_and_resumes(tmp_path, capsys):
+TINY = "experiment=study_tau2_tiny"   # study_tau2_small with fewer teacher and decision-LLM passes: the same stages
+
+
+@pytest.fixture(scope="module")
+def tau2_study(tmp_path_factory):
+    """The reduced τ² study run once; the tests below add their own stages to its out_dir (each runs only those)."""
     pytest.importorskip("tau2")
     from damc.pipeline.stages import compose_stage
     from damc.pipeline.reproduce import run_study
 
-    cfg = compose_stage("study", ["experiment=study_tau2_small", f"out_dir={tmp_path}"])
-    out = run_study(cfg)
+    out_dir = tmp_path_factory.mktemp("study")
+    cfg = compose_stage("study", [TINY, f"out_dir={out_dir}"])
+    return out_dir, cfg, run_study(cfg)
+
+
+def test_the_small_tau2_study_runs_end_to_end_and_resumes(tau2_study):
+    from damc.pipeline.reproduce import run_study
+
+    tmp_path, cfg, out = tau2_study
     assert set(out["timings_s"]) == {"data.tau2_retail", "label.tau2_retail", "train", "export",
                                      "evaluate.tau2_retail.dev", "evaluate.tau2_retail.test"}
     res = out["evaluations"]["tau2_retail"]["results"]
     assert {"window@512", "bm25@512", "bm25@512/k2", "damc@512", "damc@512/k2", "oracle@512"} <= set(res["policies"])
+    assert {p["n_decisions"] for p in res["policies"].values()} == {2}          # the test split's max_decisions
     ops = json.loads((tmp_path / "eval" / "tau2_retail" / "test" / "operating_points.json").read_text())
     assert ops["chosen_on"] == "tau2_retail" and set(ops["points"]) == {"window", "bm25", "damc", "oracle"}
+    dev = json.loads((tmp_path / "eval" / "tau2_retail" / "dev" / "results.json").read_text())
+    assert {p["n_decisions"] for p in dev["policies"].values()} == {1}          # the profile's dev_overrides
+    labels = json.loads((tmp_path / "labels" / "tau2_retail" / "summary.json").read_text())
+    assert labels["planned_decisions"] == 4 and 0 < labels["cards"] <= 2 * labels["decisions"]   # max_candidates=2
     report = (tmp_path / "report.md").read_text()
     assert report.startswith("### tau2_retail") and "Operating points (chosen on the dev split)" in report
     assert "Pareto front" in report and "Stage times" in report and "| **damc** |" in report
     assert run_study(cfg)["timings_s"] == {}                        # a rerun: every stage done with these settings
 
-    # a second decision LLM on a seeded subset: only its stage runs; the report gets its own section
-    cfg2 = compose_stage("study", ["experiment=study_tau2_small", f"out_dir={tmp_path}", "second_llm.model=smollm2-135m",
-                                   "second_llm.max_decisions=2", "second_llm.policies=[window,damc]"])
+
+def test_a_second_decision_llm_runs_only_its_own_stage(tau2_study):
+    """A second decision LLM on a seeded subset: only its stage runs; the report gets its own section."""
+    from damc.pipeline.stages import compose_stage
+    from damc.pipeline.reproduce import run_study
+
+    tmp_path, _, _ = tau2_study
+    cfg2 = compose_stage("study", [TINY, f"out_dir={tmp_path}", "second_llm.model=smollm2-135m",
+                                   "second_llm.max_decisions=1", "second_llm.policies=[window,damc]"])
     out2 = run_study(cfg2)
     assert set(out2["timings_s"]) == {"evaluate.tau2_retail.test.smollm2-135m"}
     sec = out2["evaluations"]["tau2_retail · smollm2-135m"]
-    assert {p["n_decisions"] for p in sec["results"]["policies"].values()} == {2}
+    assert {p["n_decisions"] for p in sec["results"]["policies"].values()} == {1}   # not the test split's 2
     assert {k.split("@")[0] for k in sec["results"]["policies"]} == {"window", "damc"}
     assert set(sec["operating"]) == {"window", "damc"}
     assert "### tau2_retail · smollm2-135m" in (tmp_path / "report.md").read_text()
     with pytest.raises(KeyError, match="second_llm.datasets"):
-        run_study(compose_stage("study", ["experiment=study_tau2_small", f"out_dir={tmp_path}",
+        run_study(compose_stage("study", [TINY, f"out_dir={tmp_path}",
                                           "second_llm.model=smollm2-135m", "second_llm.datasets=[synthetic]"]))
 
-    # the learning curve on the study's labels: a smaller student is trained; the study's own is the last point
-    curve = ["experiment=study_tau2_small", f"out_dir={tmp_path}", "curve.sizes=[2,999]", "curve.dev=[tau2_retail]",
+
+def test_the_learning_curve_on_the_study_labels(tau2_study):
+    """A smaller student is trained on the study's labels; the study's own is the last point."""
+    from damc.pipeline.stages import compose_stage
+    from damc.pipeline.reproduce import run_study
+
+    tmp_path, _, _ = tau2_study
+    curve = [TINY, f"out_dir={tmp_path}", "curve.sizes=[2,999]", "curve.dev=[tau2_retail]",
              "curve.overrides=['data.tool_calls_only=true','budgets=[512]','sweep.top_k=[2]','progress=false','n_boot=20']",
-             "curve.setting=512/k2"]
+             "curve.setting=512/k2"]    # every dev decision: a small seeded sample may hold no key decision to score
     out3 = run_study(compose_stage("study", curve))
     assert set(out3["timings_s"]) == {"evaluate.all.tau2_retail", "train.n2", "export.n2", "evaluate.n2.tau2_retail"}
     saved = json.loads((tmp_path / "curve" / "curve.json").read_text())

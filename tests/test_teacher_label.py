@@ -77,6 +77,8 @@ def test_loi_margin_estimator_through_config(episodes_file, tmp_path):
     s = main(cfg_for(episodes_file, tmp_path / "margin", "estimator=loi_margin", *opts))
     loi, margin = load_labels(tmp_path / "loi").to_pandas(), load_labels(tmp_path / "margin").to_pandas()
     assert set(margin["estimator"]) == {"loi_margin"} and s["decisions"] >= 1
+    assert {json.loads((tmp_path / d / "label_config.json").read_text())["teacher"]["dtype"]
+            for d in ("loi", "margin")} == {"float32"}                      # both runs pinned, whatever the box
     assert list(zip(margin["decision_id"], margin["card_id"])) == list(zip(loi["decision_id"], loi["card_id"]))
     np.testing.assert_allclose(margin["delta"], (margin["logp_full"] - margin["logp_without"]) / margin["n_action_tokens"])
     np.testing.assert_allclose(margin["logp_full"], loi["logp_full"], atol=1e-2)    # the gold with each card alone
@@ -90,10 +92,10 @@ def test_resume_after_sigkill_gives_the_uninterrupted_rows(tmp_path):
     # decisions deep in a synthetic episode all have candidates: several shards, so the kill lands mid-run
     episodes_file = tmp_path / "eps.jsonl"
     write_episodes(episodes_file, generate_episodes(1, seed=5, progress=False))
-    opts = ["data.tool_calls_only=true", "memory.max_candidates=4", "max_decisions=5", "shard_size=1"]
+    opts = ["data.tool_calls_only=true", "memory.max_candidates=2", "max_decisions=4", "shard_size=1"]
     ref = tmp_path / "ref"
     main(cfg_for(episodes_file, ref, *opts))
-    assert json.loads((ref / "summary.json").read_text())["decisions"] >= 3
+    assert json.loads((ref / "summary.json").read_text())["decisions"] >= 2
     out = tmp_path / "killed"
     cmd = [sys.executable, str(ROOT / "scripts/label.py"), f"data.path={episodes_file}", f"out_dir={out}",
            *opts, f"hydra.run.dir={tmp_path / 'hydra'}"]

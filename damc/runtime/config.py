@@ -34,8 +34,9 @@ class MemoryConfig:
         stamp_time: give messages without a `timestamp` the ingest time (enables decay in hours).
         record: keep per-card value statistics (for `archive`) and the last context per session (for the CLI).
         encoder_backend: how the retrieval encoder runs: "onnx" (onnxruntime: the scorer's exported `encoder/`,
-            else the packaged int8 all-MiniLM-L6-v2), "torch" (sentence-transformers) or "auto" (onnx when the
-            scorer ships an encoder or torch is not installed — a light install —, torch otherwise).
+            else the packaged int8 all-MiniLM-L6-v2), "torch" (sentence-transformers: opt-in, needs the `[train]`
+            extra) or "auto" (onnx whenever the encoder has an ONNX form, in a light and a full install alike;
+            torch only for a model without one).
         user_id: default scope's user (Mem0 `user_id`); every card belongs to one scope.
         agent_id: default scope's agent (None: the user's memory without an agent; scopes match exactly).
         share_sessions: other sessions of the same scope are candidates too (off: a session sees its own cards).

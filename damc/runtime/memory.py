@@ -97,9 +97,7 @@ def default_selector(valuer: Valuer) -> Selector:
     """`Threshold(τ)` when the valuer is a scorer whose export chose a threshold on dev (`damc_scorer.json`
     "threshold", in the combiner's delta units), else `TopK(12)`."""
     inner = getattr(valuer, "inner", valuer)
-    meta = getattr(getattr(inner, "scorer", None), "metadata", None) or {}
-    tau = meta.get("threshold")   # exports before 2026-12-01 stored the combiner's whole threshold report
-    tau = tau.get("tau") if isinstance(tau, dict) else tau
+    tau = getattr(getattr(getattr(inner, "scorer", None), "metadata", None), "threshold", None)  # ScorerMetadata
     if getattr(inner, "combiner", None) is not None and tau is not None:
         return Threshold(float(tau))
     return TopK(12)
