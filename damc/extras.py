@@ -1,7 +1,8 @@
 """Optional dependencies: which extra brings a module, and a clear error when it is missing.
 
 `pip install damc` carries only what the runtime needs; training, labelling and evaluation need the extras
-(`[train]`, `[eval]`, `[langchain]`). The extras are declared once, in pyproject.toml; this module reads them
+(`[train]`, `[eval]`, `[langchain]`, `[postgres]`: psycopg 3, psycopg-pool, pgvector for
+`damc.runtime.pgstore`). The extras are declared once, in pyproject.toml; this module reads them
 from the installed package's metadata (`importlib.metadata`), so a dependency added there is known here.
 
 Import sites of those modules sit inside `with requires(what):`; a missing module then raises
@@ -25,7 +26,7 @@ import importlib.metadata
 import re
 from typing import Iterator
 
-RUNTIME_EXTRAS = ("train", "eval", "langchain")  # the extras that bring library code paths (not `dev`: tests)
+RUNTIME_EXTRAS = ("train", "eval", "langchain", "postgres")  # the extras that bring library code paths (not `dev`: tests)
 # Distributions whose import name is not their name with "-" -> "_".
 IMPORT_NAME = {"hydra-core": "hydra", "scikit-learn": "sklearn", "faiss-cpu": "faiss"}
 # Modules an extra brings through one of its distributions, imported directly by DAMC (module -> distribution).

@@ -14,7 +14,15 @@
 4. `--scoped`: scope-filtered FAISS search (the runtime's IDSelectorBitmap path) vs one index per scope.
 5. `--concurrent N`: N threads, then N processes, each driving its own session against one store directory
    (`damc.bench.loadtest`): throughput, build_context p50/p95, and an exact read-back check.
-6. `--big-result MB`: build_context overhead on the turns after a tool returned MB megabytes, side by side (timed in
+6. `--backend sqlite postgres`: the storage backends side by side in one run (`damc.runtime.storage`): ingest
+   cards/s through `add_messages` and the index sync (the real int8 ONNX encoder), scoped vector search p50/p95
+   with recall@30 against exact search at each of `--search-n` cards (synthetic clustered unit vectors, scopes of
+   100 / 1,000 / 10,000 cards beside one big scope, through each backend's own `search`), and `build_context`
+   overhead on `--backend-cards` cards. PostgreSQL: `--pg-url` / $DAMC_PG_URL, else a private server started
+   with `pgserver` (the dev extra) in a temporary directory.
+
+    python scripts/bench_memory.py --backend sqlite postgres --ingest 0 --skip-context --faiss-n 0
+7. `--big-result MB`: build_context overhead on the turns after a tool returned MB megabytes, side by side (timed in
    alternation) with the same conversation whose tool returned a few bytes — with the caller's list reused (an
    in-process agent loop) and re-read from JSON every turn (a service receiving the history per request: every
    string is a new object, hashed again).
@@ -236,6 +244,18 @@ def bench_faiss(n: int, dim: int, queries: int, nlist: int, nprobe: int) -> dict
             "add_s": round(t_add, 1), "search_ms_k30": _pct(lat), "planted_recall_at_30": recall, "threads": faiss.omp_get_max_threads()}
 
 
+def assign_scopes(n: int, sizes: Sequence[int], rng: np.random.Generator) -> tuple[np.ndarray, list[str]]:
+    """Scope code per card, (n,): scopes of `sizes` cards at random positions, one big scope owning the rest;
+    and the scope names (`s{size}`..., "big")."""
+    owner = np.full(n, len(sizes), dtype=np.int32)
+    perm = rng.permutation(n)
+    start = 0
+    for j, size in enumerate(sizes):
+        owner[perm[start:start + size]] = j
+        start += size
+    return owner, [f"s{size}" for size in sizes] + ["big"]
+
+
 def bench_faiss_scoped(n: int, dim: int, queries: int, nlist: int, nprobe: int,
                        sizes: tuple[int, ...] = (1_000, 10_000, 100_000)) -> dict[str, Any]:
     """Scope-filtered retrieval at `n` cards: the runtime's path (one IVF index, `CardIndex.search` with an
@@ -255,13 +275,7 @@ def bench_faiss_scoped(n: int, dim: int, queries: int, nlist: int, nprobe: int,
         ivf.add_with_ids(x[i:i + 100_000], np.arange(i, min(i + 100_000, n), dtype=np.int64))
     idx = CardIndex(None, encoder=None, config=IndexConfig(index_type="ivf", nlist=nlist, nprobe=nprobe))
     idx._index, idx.members = ivf, ScopeMembers()
-    owner = np.full(n, len(sizes), dtype=np.int32)                 # the big scope owns what the small ones don't
-    perm = rng.permutation(n)
-    start = 0
-    for j, size in enumerate(sizes):
-        owner[perm[start:start + size]] = j
-        start += size
-    names = [f"s{size}" for size in sizes] + ["big"]
+    owner, names = assign_scopes(n, sizes, rng)
     idx.members.scope_codes = {(nm, ""): j for j, nm in enumerate(names)}
     idx.members.session_codes = {(nm, "", "s"): j for j, nm in enumerate(names)}
     idx.members.scope_of, idx.members.session_of = owner.copy(), owner.copy()
@@ -285,6 +299,234 @@ def bench_faiss_scoped(n: int, dim: int, queries: int, nlist: int, nprobe: int,
             recall.append(planted in ids)
         out[nm] = {"cards": int(len(members)), "filtered_ivf_ms": _pct(lat_sel),
                    "planted_recall_at_30": round(float(np.mean(recall)), 3), "own_flat_index_ms": _pct(lat_own)}
+    return out
+
+
+# ----------------------------------------------------------------------------- storage backends side by side
+
+class SyntheticEncoder:
+    """Stands in for the sentence encoder where the benchmark writes its own vectors (only the dimension probe
+    and the search queries go through it; queries are passed as vectors)."""
+
+    name = "bench-synthetic"
+
+    def __init__(self, dim: int = 384) -> None:
+        self.dim = dim
+
+    def encode(self, texts: Sequence[str], **_: Any) -> np.ndarray:
+        v = np.random.default_rng(len(texts)).standard_normal((len(texts), self.dim)).astype(np.float32)
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+class BackendPlace:
+    """Fresh storage locations for one backend: temp directories (sqlite) or new databases on one server."""
+
+    def __init__(self, backend: str, tmp: str, pg_url: str | None) -> None:
+        self.backend, self.tmp, self.pg_url, self.server, self.n = backend, tmp, pg_url, None, 0
+        if backend == "postgres" and not pg_url:
+            import pgserver   # the dev extra; the library itself never starts a server
+
+            self.server = pgserver.get_server(tempfile.mkdtemp(prefix="damc-bench-pg-"), cleanup_mode="stop")
+            self.pg_url = self.server.get_uri()
+
+    def new(self, name: str) -> str:
+        self.n += 1
+        if self.backend == "sqlite":
+            return os.path.join(self.tmp, f"{name}-{self.n}")
+        import urllib.parse
+
+        import psycopg
+
+        db = f"damc_bench_{name}_{os.getpid()}_{self.n}"
+        with psycopg.connect(self.pg_url, autocommit=True) as c:
+            c.execute(f'DROP DATABASE IF EXISTS "{db}"')
+            c.execute(f'CREATE DATABASE "{db}"')
+        if self.server is not None:
+            return self.server.get_uri(db)
+        return urllib.parse.urlunsplit(urllib.parse.urlsplit(self.pg_url)._replace(path="/" + db))
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.cleanup()
+
+
+def bench_backend_ingest(place: BackendPlace, n_cards: int, rng: random.Random) -> dict[str, Any]:
+    """Cards/second through `add_messages` (one 30-card session per transaction), then through the index sync
+    (the int8 ONNX encoder embeds them; FAISS adds them, or pgvector's HNSW index takes them in the database)."""
+    from damc.runtime.memory import DecisionAwareMemory, MemoryConfig
+
+    mem = DecisionAwareMemory(place.new("ingest"), tokenizer=None, config=MemoryConfig(encoder_backend="onnx"))
+    sessions, n = [], 0
+    while n < n_cards:
+        sessions.append(session_messages(len(sessions), 10, rng)[1:])
+        n += 30
+    mem.index.sync()                      # load the encoder before the clock starts
+    t = time.perf_counter()
+    for s, msgs in enumerate(sessions):
+        mem.add_messages(msgs, session_id=f"s{s}")
+    t_store = time.perf_counter() - t
+    t = time.perf_counter()
+    mem.index.sync()
+    t_embed = time.perf_counter() - t
+    cards = len(mem)
+    mem.close()
+    return {"cards": cards, "store_cards_per_s": round(cards / t_store), "embed_cards_per_s": round(cards / t_embed),
+            "with_embedding_cards_per_s": round(cards / (t_store + t_embed))}
+
+
+def clustered_vectors(n: int, dim: int, rng: np.random.Generator, n_centers: int = 256) -> np.ndarray:
+    """Unit vectors around `n_centers` random directions (cosine to their centre ≈ 0.7): closer to sentence
+    embeddings than uniform noise, where every neighbour is equally far."""
+    centers = rng.standard_normal((n_centers, dim), dtype=np.float32)
+    centers /= np.linalg.norm(centers, axis=1, keepdims=True)
+    x = centers[rng.integers(n_centers, size=n)] + 0.05 * rng.standard_normal((n, dim), dtype=np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _fill_vectors(backend: str, where: str, x: np.ndarray, owner: np.ndarray, names: list[str]) -> tuple[Any, Any, dict]:
+    """Write one card per vector (scope = names[owner[i]]) and its vector, through the backend's own store; returns
+    (store, index, timings). The vectors are written as the index's cached embeddings, so no encoder runs."""
+    from damc.cards import Card
+    from damc.runtime.scope import Scope
+    from damc.runtime.storage import open_storage
+
+    enc = SyntheticEncoder(x.shape[1])
+    if backend == "postgres":   # a bulk load: one pipeline of n updates counts as one statement
+        from damc.runtime.pgstore import PgConfig
+
+        store, index = open_storage(where, enc, store_config=PgConfig(statement_timeout_ms=0))
+    else:
+        store, index = open_storage(where, enc)
+    timings: dict[str, float] = {}
+    rowid_of = np.zeros(len(x), dtype=np.int64)
+    t = time.perf_counter()
+    for j, name in enumerate(names):
+        members = np.flatnonzero(owner == j)
+        for lo in range(0, len(members), 5000):
+            chunk = members[lo:lo + 5000]
+            cards = [Card(f"{name}:{i}", name, int(i), "user", "user", f"note {i}") for i in chunk]
+            rowid_of[chunk] = store.add_cards(cards, name, scope=Scope(name))
+    timings["cards_s"] = round(time.perf_counter() - t, 1)
+    t = time.perf_counter()
+    if backend == "sqlite":
+        seqs = {sc.rowid: sc.seq for sc in store.all_cards("hot")}
+        store.put_embeddings([(int(r), seqs[int(r)]) for r in rowid_of], x, enc.name)
+        timings["vectors_s"] = round(time.perf_counter() - t, 1)
+        t = time.perf_counter()
+        index.sync()                                       # FAISS built from the cached vectors
+        timings["index_build_s"] = round(time.perf_counter() - t, 1)
+    else:
+        index._ensure_vectors()
+        with store.transaction() as c:                     # bulk load: vectors first, then one HNSW build
+            c.execute("DROP INDEX IF EXISTS damc_cards_hnsw")
+            with c.cursor() as cur:
+                cur.executemany("UPDATE damc_cards SET embedding = %s, emb_seq = seq, emb_model = %s WHERE rowid = %s",
+                                [(x[i], enc.name, int(rowid_of[i])) for i in range(len(x))])
+        timings["vectors_s"] = round(time.perf_counter() - t, 1)
+        t = time.perf_counter()
+        with store.transaction() as c:
+            c.execute("SET LOCAL maintenance_work_mem = '1GB'")
+            cfg = store.config
+            c.execute(f"CREATE INDEX damc_cards_hnsw ON damc_cards USING hnsw (embedding vector_ip_ops) WITH "
+                      f"(m = {cfg.hnsw_m}, ef_construction = {cfg.hnsw_ef_construction}) WHERE tier = 'hot'")
+        timings["index_build_s"] = round(time.perf_counter() - t, 1)
+        with store.pool.connection() as c:
+            c.autocommit = True
+            c.execute("VACUUM ANALYZE damc_cards")
+            c.autocommit = False
+    return store, index, timings
+
+
+def bench_backend_search(place: BackendPlace, n: int, queries: int, k: int = 30,
+                         sizes: tuple[int, ...] = (100, 1_000, 10_000)) -> dict[str, Any]:
+    """Scoped vector search at `n` cards through the backend's `search`: scopes of `sizes` cards (those smaller than
+    n/2) beside one big scope holding the rest; each query a noisy copy of a member; recall@30 = overlap of the
+    returned 30 with the exact 30 (brute force over the scope's vectors)."""
+    from damc.runtime.scope import Scope
+
+    rng = np.random.default_rng(0)
+    x = clustered_vectors(n, 384, rng)
+    sizes = tuple(sz for sz in sizes if sz < n // 2)
+    owner, names = assign_scopes(n, sizes, rng)
+    store, index, timings = _fill_vectors(place.backend, place.new(f"search{n}"), x, owner, names)
+    out: dict[str, Any] = {"n": n, "setup": timings}
+    for j, name in enumerate(names):
+        members = np.flatnonzero(owner == j)
+        xm = x[members]
+        member_rows = {sc.rowid: int(sc.card.position) for sc in store.all_cards("hot", Scope(name))}
+        lat, recall = [], []
+        index.search(xm[0], k, Scope(name))                 # warm-up
+        for _ in range(queries):
+            i = int(rng.integers(len(members)))
+            q = xm[i] + 0.02 * rng.standard_normal(384, dtype=np.float32)
+            q /= np.linalg.norm(q)
+            t = time.perf_counter()
+            ids, _ = index.search(q, k, Scope(name))
+            lat.append((time.perf_counter() - t) * 1000)
+            got = {member_rows.get(int(r), -1) for r in ids}
+            assert -1 not in got, f"{place.backend}: a card of another scope came back for scope {name}"
+            exact = set(members[np.argsort(-(xm @ q))[:k]].tolist())
+            recall.append(len(got & exact) / min(k, len(members)))
+        path = "FAISS " + type(index._index).__name__ if place.backend == "sqlite" else \
+            ("exact (scope b-tree)" if len(members) <= store.config.exact_max else
+             f"HNSW, ef_search ≥ {store.config.ef_search} raised by the scope's share (m={store.config.hnsw_m})")
+        out[name] = {"cards": int(len(members)), "path": path, "search_ms_k30": _pct(lat),
+                     f"recall_at_{k}": round(float(np.mean(recall)), 3)}
+    store.close()
+    return out
+
+
+def bench_backend_context(place: BackendPlace, n_cards: int, decisions: int, rng: random.Random) -> dict[str, Any]:
+    """`build_context` overhead with `n_cards` cards of one user (every session's cards candidates): the default
+    valuer (heuristic prior), the int8 ONNX encoder, the smollm2 tokenizer."""
+    from damc.runtime.memory import DecisionAwareMemory, MemoryConfig
+
+    cfg = MemoryConfig(share_sessions=True, encoder_backend="onnx")
+    mem = DecisionAwareMemory(place.new("context"), config=cfg)
+    s = 0
+    while len(mem) < n_cards:
+        mem.add_messages(session_messages(s, 10, rng)[1:], session_id=f"s{s}")
+        s += 1
+    mem.index.sync()
+    tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": {}}}}
+             for n in ("get_order", "track_parcel", "refund", "get_customer", "search_kb", "update_ticket")]
+    live = session_messages(10_000, 4, rng)
+    mem.build_context(live + [{"role": "user", "content": "warm up"}], tools=tools, session_id="live")
+    stages: dict[str, list[float]] = {}
+    for i in range(decisions):
+        q = session_messages(20_000 + i, 1, rng)[1]["content"]
+        ctx = mem.build_context(live + [{"role": "user", "content": f"{q} ({i})"}], tools=tools, session_id="live")
+        for key, v in ctx.timings_ms.items():
+            stages.setdefault(key, []).append(v)
+    out = {"cards_in_store": len(mem), "overhead_ms": _pct(stages.pop("total")),
+           "stages_ms": {key: _pct(v) for key, v in stages.items()}}
+    mem.close()
+    return out
+
+
+def bench_backends(backends: Sequence[str], pg_url: str | None, ingest_cards: int, search_n: Sequence[int],
+                   queries: int, context_cards: int, decisions: int) -> dict[str, Any]:
+    """Every backend through the same measurements, in one run (see module docstring, item 6)."""
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for backend in backends:
+            place = BackendPlace(backend, tmp, pg_url)
+            res: dict[str, Any] = {}
+            if backend == "postgres":
+                res["server"] = "pgserver (private, Unix socket)" if place.server is not None else "--pg-url"
+            try:
+                if ingest_cards:
+                    res["ingest"] = bench_backend_ingest(place, ingest_cards, random.Random(0))
+                res["scoped_search"] = [bench_backend_search(place, n, queries) for n in search_n]
+                if context_cards:
+                    res["build_context"] = bench_backend_context(place, context_cards, decisions, random.Random(1))
+            finally:
+                place.close()
+            out[backend] = res
+            logger.warning("%s done: %s", backend, json.dumps(res)[:400])
+    if "sqlite" in out and "postgres" in out and context_cards:
+        out["build_context_p50_ratio_postgres_to_sqlite"] = round(
+            out["postgres"]["build_context"]["overhead_ms"]["p50"] / out["sqlite"]["build_context"]["overhead_ms"]["p50"], 2)
     return out
 
 
@@ -312,6 +554,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--scoped", action="store_true", help="FAISS at --faiss-n: scope-filtered search vs one index per scope")
     ap.add_argument("--concurrent", type=int, default=0, help="N threads and N processes on one store (0: skip)")
     ap.add_argument("--concurrent-turns", type=int, default=6, help="turns per session in the --concurrent run")
+    ap.add_argument("--backend", nargs="+", choices=["sqlite", "postgres"], default=None,
+                    help="storage backends to measure side by side (ingest, scoped search, build_context)")
+    ap.add_argument("--pg-url", default=os.environ.get("DAMC_PG_URL"),
+                    help="PostgreSQL server for --backend postgres (default: $DAMC_PG_URL, else a private pgserver)")
+    ap.add_argument("--backend-ingest", type=int, default=3_000, help="cards for the backend ingest figure (0: skip)")
+    ap.add_argument("--search-n", type=int, nargs="+", default=[10_000, 100_000],
+                    help="cards in the store for the scoped search figures")
+    ap.add_argument("--search-queries", type=int, default=200, help="queries per scope")
+    ap.add_argument("--backend-cards", type=int, default=2_000, help="cards for the build_context figure (0: skip)")
+    ap.add_argument("--backend-decisions", type=int, default=40, help="timed build_context calls per backend")
     ap.add_argument("--big-result", type=float, default=0, help="MB of one tool result: overhead of the turns after "
                                                                "it beside normal turns (0: skip)")
     ap.add_argument("--big-turns", type=int, default=10, help="timed turns before and after the --big-result one")
@@ -339,6 +591,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for mode in ("threads", "processes"):
             with tempfile.TemporaryDirectory() as d:
                 out["concurrent"].append(run_concurrent(d, args.concurrent, mode, args.concurrent_turns))
+    if args.backend:
+        out["backends"] = bench_backends(args.backend, args.pg_url, args.backend_ingest, args.search_n,
+                                         args.search_queries, args.backend_cards, args.backend_decisions)
     if args.big_result:
         out["big_result"] = bench_big_result(args.big_result, args.big_turns, "smollm2-135m", rng)
     if args.scoped:

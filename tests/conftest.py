@@ -95,3 +95,7 @@ def run_light(code: str, hidden: tuple[str, ...] = NOT_IN_LIGHT, timeout: float 
                           text=True, timeout=timeout, cwd=ROOT)
     assert proc.returncode == 0, f"light-mode subprocess failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     return proc.stdout
+
+
+# A real PostgreSQL + pgvector server for the store tests (pgserver, or DAMC_PG_URL): tests/pg_fixtures.py
+from pg_fixtures import pg_server, pg_url  # noqa: E402,F401

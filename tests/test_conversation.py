@@ -1,5 +1,6 @@
 """Conversation identity: one memory, many conversations, no session ids — nothing of one reaches another; a
-conversation resent by another process finds its session; trimmed and compacted histories re-sync."""
+conversation resent by another process finds its session; trimmed and compacted histories re-sync. On both storage
+backends (SQLite + FAISS, PostgreSQL + pgvector)."""
 
 from __future__ import annotations
 
@@ -50,9 +51,16 @@ def context_text(ctx) -> str:
     return json.dumps(ctx.messages) + json.dumps([d.card_id for d in ctx.dropped])
 
 
-def test_two_conversations_without_session_ids_stay_apart(tmp_path):
+@pytest.fixture(params=["sqlite", "postgres"])
+def where(request, tmp_path):
+    """Where a test's memory lives: a fresh directory (SQLite + FAISS), or a fresh database on the test server
+    (PostgreSQL + pgvector, tests/pg_fixtures.py): conversation identity holds on both backends."""
+    return tmp_path / "mem" if request.param == "sqlite" else request.getfixturevalue("pg_url")
+
+
+def test_two_conversations_without_session_ids_stay_apart(where):
     """The issue's example: B must not see A's 88412, and B's own messages are stored (in a session of its own)."""
-    mem = DecisionAwareMemory(tmp_path / "mem", tokenizer=None)
+    mem = DecisionAwareMemory(where, tokenizer=None)
     ctx_a = mem.build_context(conv_a(), tools=TOOLS)
     assert ctx_a.session_id == "default" and "88412" in context_text(ctx_a)
     ctx_b = mem.build_context(conv_b(), tools=TOOLS)
@@ -95,8 +103,8 @@ def _resume(path: str, messages: list[dict]) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_a_conversation_resumed_by_another_process_recovers_its_cards(tmp_path):
-    path = tmp_path / "mem"
+def test_a_conversation_resumed_by_another_process_recovers_its_cards(where):
+    path = where
     mem = DecisionAwareMemory(path, tokenizer=None)
     mem.build_context(conv_a(), tools=TOOLS)
     sid_b = mem.build_context(conv_b(), tools=TOOLS).session_id
@@ -126,10 +134,10 @@ def _texts(mem: DecisionAwareMemory, sid: str) -> list[str]:
 
 
 @pytest.mark.parametrize("session_id", [None, "chat-7"])
-def test_a_trimmed_history_resyncs(tmp_path, session_id):
+def test_a_trimmed_history_resyncs(where, session_id):
     """The caller drops its oldest turns: nothing is ingested twice, nothing stored is lost, new messages are
     numbered by the store's own counter."""
-    mem = DecisionAwareMemory(tmp_path / "mem", tokenizer=None, session_id=session_id)
+    mem = DecisionAwareMemory(where, tokenizer=None, session_id=session_id)
     sid = session_id or "default"
     full = _turns(6) + [{"role": "user", "content": "Which orders were delayed?"}]
     mem.build_context(full, tools=TOOLS)
@@ -156,8 +164,8 @@ def test_a_trimmed_history_resyncs(tmp_path, session_id):
 
 
 @pytest.mark.parametrize("role", ["user", "system"])
-def test_a_compacted_history_resyncs_and_its_summary_becomes_a_card(tmp_path, role):
-    mem = DecisionAwareMemory(tmp_path / "mem", tokenizer=None)
+def test_a_compacted_history_resyncs_and_its_summary_becomes_a_card(where, role):
+    mem = DecisionAwareMemory(where, tokenizer=None)
     full = _turns(5) + [{"role": "user", "content": "Anything else delayed?"}]
     mem.build_context(full, tools=TOOLS)
     before = _texts(mem, "default")
@@ -180,11 +188,11 @@ def test_a_compacted_history_resyncs_and_its_summary_becomes_a_card(tmp_path, ro
     mem.close()
 
 
-def test_on_mismatch_error_names_the_first_differing_message(tmp_path):
+def test_on_mismatch_error_names_the_first_differing_message(where):
     import damc
     import damc.runtime
 
-    mem = DecisionAwareMemory(tmp_path / "mem", tokenizer=None, config=MemoryConfig(on_mismatch="error"))
+    mem = DecisionAwareMemory(where, tokenizer=None, config=MemoryConfig(on_mismatch="error"))
     mem.build_context(conv_a(), tools=TOOLS)
     n = len(mem)
     with pytest.raises(damc.ConversationMismatchError, match=r"messages\[1\] does not continue session 'default'") \
@@ -201,8 +209,8 @@ def test_on_mismatch_error_names_the_first_differing_message(tmp_path):
     mem.close()
 
 
-def test_explicit_session_id_that_does_not_match_gets_a_derived_session(tmp_path):
-    mem = DecisionAwareMemory(tmp_path / "mem", tokenizer=None)
+def test_explicit_session_id_that_does_not_match_gets_a_derived_session(where):
+    mem = DecisionAwareMemory(where, tokenizer=None)
     assert mem.build_context(conv_a(), tools=TOOLS, session_id="chat-42").session_id == "chat-42"
     ctx = mem.build_context(conv_b(), tools=TOOLS, session_id="chat-42")
     assert ctx.session_id.startswith("chat-42~") and "88412" not in context_text(ctx)
@@ -216,13 +224,14 @@ def test_explicit_session_id_that_does_not_match_gets_a_derived_session(tmp_path
     mem.close()
 
 
-def test_stores_from_before_chains_adopt_the_conversation(tmp_path):
+def test_stores_from_before_chains_adopt_the_conversation(where):
     """A session written before hash chains existed (schema 2) is continued by its conversation, as before."""
-    path = tmp_path / "mem"
+    path = where
     mem = DecisionAwareMemory(path, tokenizer=None)
     mem.build_context(conv_a(), tools=TOOLS)
     with mem.store.transaction() as c:
-        c.execute("DELETE FROM session_messages")
+        c.execute("DELETE FROM damc_session_messages" if str(path).startswith("postgresql://") else
+                  "DELETE FROM session_messages")
     mem.close()
     mem = DecisionAwareMemory(path, tokenizer=None)
     n = len(mem)

@@ -76,7 +76,7 @@ def probe(mem: DecisionAwareMemory, user: str, sessions: list[str]) -> list[str]
     mem.config.share_sessions = False
     out += [json.dumps(ctx.to_dict(with_cards=True)), str(mem.explain(ctx))]
     for s in sessions:
-        out.append(json.dumps(explain_store(str(mem.path), s, user).data))
+        out.append(json.dumps(explain_store(str(mem.path) if mem.path else mem.store.url, s, user).data))
     for sc in mem.store.all_cards(None):          # every card id of every scope
         try:
             out.append(json.dumps(mem.expand(sc.card.card_id, user_id=user).to_dict()))
@@ -86,8 +86,14 @@ def probe(mem: DecisionAwareMemory, user: str, sessions: list[str]) -> list[str]
     return out
 
 
-def test_threads_share_one_memory(tmp_path):
-    mem = DecisionAwareMemory(tmp_path / "mem", tokenizer=None, encoder=HashEncoder())
+@pytest.fixture(params=["sqlite", "postgres"])
+def mem_at(request, tmp_path):
+    """The memory's location on each storage backend: a directory, or a fresh database on the test server."""
+    return tmp_path / "mem" if request.param == "sqlite" else request.getfixturevalue("pg_url")
+
+
+def test_threads_share_one_memory(mem_at):
+    mem = DecisionAwareMemory(mem_at, tokenizer=None, encoder=HashEncoder())
     sessions = ["s0", "s1"]
     seen: dict[str, list[str]] = {"alice": [], "bob": []}
     lock = threading.Lock()
@@ -105,7 +111,7 @@ def test_threads_share_one_memory(tmp_path):
     assert_apart(seen)
     assert_apart({u: probe(mem, u, sessions) for u in ("alice", "bob")})
     mem.close()
-    again = DecisionAwareMemory(tmp_path / "mem", tokenizer=None, encoder=HashEncoder())   # after reopen
+    again = DecisionAwareMemory(mem_at, tokenizer=None, encoder=HashEncoder())   # after reopen
     assert_apart({u: probe(again, u, sessions) + drive(again, u, "s2", 2) for u in ("alice", "bob")})
     again.close()
 

@@ -1,6 +1,10 @@
 """Mem0's verbs on `DecisionAwareMemory`: get_all, search, get, history, delete, delete_all, reset — each verb's
 outcome, scopes on every verb, history across the lifecycle and a schema-2 store, and erasure checked on the bytes
-of every file of the store directory (and on the index, caches, statistics and saved contexts)."""
+of every file of the store directory (and on the index, caches, statistics and saved contexts).
+
+The backend-neutral tests run on both storage backends (`backend`: SQLite + FAISS, and PostgreSQL + pgvector on a
+real server, tests/pg_fixtures.py); erasure on PostgreSQL is checked on every row of every `damc_` table (no row
+holds the text) and on the vector column."""
 
 from __future__ import annotations
 
@@ -71,20 +75,59 @@ def vectors_of(mem: DecisionAwareMemory, rowids: list[int]) -> list[bytes]:
     return out
 
 
-@pytest.fixture
-def two_users(tmp_path):
-    mem = open_memory(tmp_path / "mem")
+def pg_rows_holding(url: str, needle: str) -> list[str]:
+    """`table` for every row of every `damc_` table whose text (all columns, as text) contains `needle`."""
+    import psycopg
+
+    with psycopg.connect(url) as c:
+        tables = [r[0] for r in c.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = "
+                                          "current_schema() AND table_name LIKE 'damc%%'")]
+        return sorted(tb for tb in tables for _ in c.execute(
+            f'SELECT 1 FROM "{tb}" whole_row WHERE strpos(whole_row::text, %s) > 0', (needle,)).fetchall())
+
+
+def holding(where: str | Path, needle: str) -> list[str]:
+    """Where the store at `where` still holds `needle`: files of a memory directory, or rows of a database."""
+    if str(where).startswith("postgresql://"):
+        return pg_rows_holding(str(where), needle)
+    return files_holding(Path(where), needle)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def where(request, tmp_path) -> str | Path:
+    """A fresh memory directory, or a fresh database on the test server."""
+    return tmp_path / "mem" if request.param == "sqlite" else request.getfixturevalue("pg_url")
+
+
+def _two_users(where):
+    mem = open_memory(where)
     converse(mem, "alice", "s0", 3)
     converse(mem, "alice", "s1", 2)
     converse(mem, "bob", "s0", 3)
+    return mem
+
+
+@pytest.fixture
+def two_users(tmp_path):
+    """Two users on an embedded store (the tests of its files)."""
+    mem = _two_users(tmp_path / "mem")
+    yield mem
+    mem.close()
+
+
+@pytest.fixture
+def any_two_users(where):
+    """Two users on either backend; `mem.where_` is where the store lives."""
+    mem = _two_users(where)
+    mem.where_ = where
     yield mem
     mem.close()
 
 
 # ----------------------------------------------------------------------------- reading verbs
 
-def test_get_all_and_get(two_users):
-    mem = two_users
+def test_get_all_and_get(any_two_users):
+    mem = any_two_users
     alice = mem.get_all(user_id="alice")
     assert {i.session_id for i in alice} == {"s0", "s1"} and len(alice) == mem.store.count("hot", Scope("alice"))
     assert all(i.user_id == "alice" and i.agent_id is None and i.tier == "hot" for i in alice)
@@ -102,8 +145,8 @@ def test_get_all_and_get(two_users):
         mem.get_all(user_id="alice", tier="warm")
 
 
-def test_search_scores_and_reasons(two_users):
-    mem = two_users
+def test_search_scores_and_reasons(any_two_users):
+    mem = any_two_users
     hits = mem.search("order 88412 lookup failed", user_id="alice", limit=30)
     assert hits and {h.session_id for h in hits} == {"s0", "s1"}            # every session of the scope
     assert all(h.user_id == "alice" and SAY["bob"] not in h.memory and TOOL["bob"] not in h.memory for h in hits)
@@ -124,8 +167,8 @@ def test_search_scores_and_reasons(two_users):
         mem.search("  ", user_id="alice")
 
 
-def test_scopes_apply_to_every_verb(two_users):
-    mem = two_users
+def test_scopes_apply_to_every_verb(any_two_users):
+    mem = any_two_users
     converse(mem, "alice", "only-alice", 1)
     converse(mem, "alice", "billing", 1, agent_id="billing")
     (own,) = [i for i in mem.get_all(user_id="alice", session_id="only-alice") if i.card.kind == "user"][:1]
@@ -163,8 +206,8 @@ def _duplicates(session: str, mark: str) -> list[dict]:
     return out + [{"role": "assistant", "content": "Order 55555 is fine."}]
 
 
-def test_history_records_archive_merge_and_restore(tmp_path):
-    mem = open_memory(tmp_path / "mem")
+def test_history_records_archive_merge_and_restore(where):
+    mem = open_memory(where)
     mem.add_messages([{"role": "user", "content": f"hello {SAY['alice']}"}] + _duplicates("s", TOOL["alice"]), "s",
                      user_id="alice")
     (merged,) = mem.merge_similar(0.99, user_id="alice")
@@ -283,16 +326,16 @@ def test_delete_one_card_erases_its_text_and_vector(two_users):
     assert files_holding(root, f"{TOOL['alice']}-s0-3")
 
 
-def test_delete_all_of_one_session(two_users):
+def test_delete_all_of_one_session(any_two_users):
     """`delete_all(session_id=...)` (Mem0's run_id) erases one conversation: its cards, state and saved context."""
-    mem = two_users
-    root = Path(mem.path)
+    mem = any_two_users
+    root = mem.where_
     s0 = [(i.id, i.memory) for i in mem.get_all(user_id="alice", session_id="s0", tier=None)]
     n_s1 = len(mem.get_all(user_id="alice", session_id="s1", tier=None))
     assert n_s1 == 6                                                           # 2 turns: user, tool, assistant
     assert mem.delete_all(user_id="alice", session_id="s1") == n_s1
-    assert files_holding(root, f"{SAY['alice']}-s1") == [] and files_holding(root, f"{TOOL['alice']}-s1") == []
-    assert files_holding(root, f"{SAY['alice']}-s0")                           # her other conversation stays
+    assert holding(root, f"{SAY['alice']}-s1") == [] and holding(root, f"{TOOL['alice']}-s1") == []
+    assert holding(root, f"{SAY['alice']}-s0")                                 # her other conversation stays
     assert [(i.id, i.memory) for i in mem.get_all(user_id="alice", session_id="s0", tier=None)] == s0
     alice = Scope("alice")
     assert mem.store.session_state("s1", alice)["n_messages"] == 0 and mem.store.last_context("s1", alice) is None
@@ -302,12 +345,12 @@ def test_delete_all_of_one_session(two_users):
         mem.delete_all(user_id="alice", session_id="s0", all_agents=True)
 
 
-def test_delete_merged_card_takes_its_sources(tmp_path):
-    mem = open_memory(tmp_path / "mem")
+def test_delete_merged_card_takes_its_sources(where):
+    mem = open_memory(where)
     mem.add_messages(_duplicates("s", TOOL["alice"]), "s", user_id="alice")
     (merged,) = mem.merge_similar(0.99, user_id="alice")
     assert set(mem.delete(merged.card_id, user_id="alice")) == {merged.card_id, *merged.meta["merged_from"]}
-    assert files_holding(tmp_path / "mem", TOOL["alice"]) == []
+    assert holding(where, TOOL["alice"]) == []
     assert [i.card.kind for i in mem.get_all(user_id="alice", tier=None)] == ["assistant"]
     mem.close()
 
@@ -331,13 +374,13 @@ def test_erasure_by_one_memory_reaches_another_on_the_same_store(two_users):
     again.close()
 
 
-def test_reset_erases_everything_and_memory_stays_usable(two_users):
-    mem = two_users
-    root = Path(mem.path)
+def test_reset_erases_everything_and_memory_stays_usable(any_two_users):
+    mem = any_two_users
+    root = mem.where_
     n = mem.store.count()
     assert mem.reset() == n
     for marker in (*SAY.values(), *TOOL.values()):
-        assert files_holding(root, marker) == []
+        assert holding(root, marker) == []
     assert mem.store.count() == 0 and mem.index.ntotal == 0 and len(mem) == 0
     assert mem.get_all(user_id="alice") == [] and mem.search("order 88412", user_id="bob") == []
     converse(mem, "bob", "s9", 2)                                              # usable again
@@ -358,4 +401,77 @@ def test_verbs_on_an_in_memory_store():
     assert mem.get_all(user_id="alice", tier=None) == [] and mem.search("order 88412", user_id="alice") == []
     assert mem.search("order 88412", user_id="bob") and mem.index.ntotal == mem.store.count("hot")
     assert mem.reset() > 0 and mem.get_all(user_id="bob") == []
+    mem.close()
+
+
+def test_delete_all_leaves_no_row_of_alice_in_postgres(pg_url):
+    """PostgreSQL erasure: after `delete_all`, no row of any `damc_` table holds Alice's text, her vectors are gone
+    with their rows, Bob's rows and vectors are untouched, and a second worker's memory on the same database finds
+    nothing of hers."""
+    import psycopg
+
+    mem = _two_users(pg_url)
+    other = open_memory(pg_url)                                                # another worker on the database
+    assert other.search("order 88412", user_id="alice")
+    mem.add_messages(_duplicates("dups", TOOL["alice"]), "dups", user_id="alice")
+    assert mem.merge_similar(0.99, user_id="alice")                            # a merged card, events, a cold tier
+    mem.archive(min_age_s=0, max_value=0.3, user_id="alice")
+    assert mem.store.count("cold", Scope("alice")) and mem.store.last_context("s0", Scope("alice"))
+    for marker in (SAY["alice"], TOOL["alice"], SAY["bob"], TOOL["bob"]):
+        assert pg_rows_holding(pg_url, marker), f"{marker} should be in the database before the erasure"
+    assert "damc_events" in pg_rows_holding(pg_url, "merged_into")                # her history is in a table too
+    alice_rows = [sc.rowid for sc in mem.store.all_cards(None, Scope("alice"))]
+    with psycopg.connect(pg_url) as c:
+        bob_vecs = c.execute("SELECT rowid, embedding::text FROM damc_cards WHERE user_id = 'bob' ORDER BY rowid"
+                             ).fetchall()
+        assert c.execute("SELECT count(*) FROM damc_cards WHERE rowid = ANY(%s) AND embedding IS NOT NULL",
+                         (alice_rows,)).fetchone()[0] > 0
+    before = mem.store.erasures()
+
+    assert mem.delete_all(user_id="alice") == len(alice_rows)
+
+    for marker in (SAY["alice"], TOOL["alice"]):
+        assert pg_rows_holding(pg_url, marker) == []
+    assert pg_rows_holding(pg_url, SAY["bob"]) and pg_rows_holding(pg_url, TOOL["bob"])   # the check sees text
+    with psycopg.connect(pg_url) as c:
+        assert c.execute("SELECT count(*) FROM damc_cards WHERE rowid = ANY(%s)", (alice_rows,)).fetchone()[0] == 0
+        for (table,) in c.execute("SELECT table_name FROM information_schema.columns WHERE table_schema = "
+                                  "current_schema() AND column_name = 'user_id'").fetchall():
+            assert c.execute(f'SELECT count(*) FROM "{table}" WHERE user_id = %s', ("alice",)).fetchone()[0] == 0, table
+        assert c.execute("SELECT rowid, embedding::text FROM damc_cards WHERE user_id = 'bob' ORDER BY rowid"
+                         ).fetchall() == bob_vecs
+    assert mem.store.erasures() == before + 1
+    assert mem.index._last_query is None
+    assert mem.search("order 88412", user_id="alice") == [] and other.search("order 88412", user_id="alice") == []
+    assert mem.search("order 88412", user_id="bob") and mem.index.ntotal == mem.store.count("hot")
+    assert mem.get_all(user_id="alice", tier=None) == [] and mem.store.session_state("s0", Scope("alice")) == \
+        {"n_messages": 0, "pending": {}}
+    converse(mem, "bob", "s0", 4)                                              # Bob's conversation goes on
+    other.close()
+    mem.close()
+
+
+def test_postgres_scrub_vacuums_and_v1_store_gets_backfilled_history(pg_url):
+    """`scrub` VACUUMs the damc tables (plain, or FULL); a schema-1 database (no events table) opens at the current
+    schema with the merge history back-filled, as the SQLite store's schema-2 files do."""
+    import psycopg
+
+    from damc.runtime.pgschema import PG_SCHEMA_VERSION
+
+    mem = open_memory(pg_url)
+    mem.add_messages(_duplicates("s", "x"), "s", user_id="alice")
+    (merged,) = mem.merge_similar(0.99, user_id="alice")
+    out = mem.store.scrub()
+    assert out["vacuumed"] and not out["full"] and {"damc_cards", "damc_events"} <= set(out["tables"])
+    assert mem.store.scrub(full=True)["full"] and mem.store.scrub(vacuum=False)["vacuumed"] is False
+    mem.close()
+    with psycopg.connect(pg_url) as c:                                         # back to the schema-1 layout
+        c.execute("DROP TABLE damc_events")
+        c.execute("UPDATE damc_meta SET value = '1' WHERE key = 'schema_version'")
+    mem = open_memory(pg_url)
+    assert mem.store.schema_version == PG_SCHEMA_VERSION
+    h = mem.history(merged.card_id, user_id="alice")
+    assert [e.event for e in h] == ["add", "merge"] and h[1].detail["backfilled"] is True
+    assert h[1].detail["sources"] == merged.meta["merged_from"]
+    assert [e.event for e in mem.history(merged.meta["merged_from"][0], user_id="alice")] == ["add", "merged_into"]
     mem.close()

@@ -55,21 +55,15 @@ def explain_store(path: str, session_id: str | None = None, user_id: str = "defa
                   agent_id: str | None = None) -> Explanation:
     """The last context a memory at `path` built for a scope's session (the scope's most recent one when None);
     another scope's contexts are never read."""
-    from pathlib import Path
-
     from damc.runtime.scope import Scope
-    from damc.runtime.store import CardStore
+    from damc.runtime.storage import open_store
 
     scope = Scope(user_id, agent_id)
-
-    p = Path(path)
-    db = p if p.suffix in (".db", ".sqlite", ".sqlite3") else p / "cards.db"
-    if not db.exists():
-        raise FileNotFoundError(f"no DAMC store at {db}")
-    with CardStore(db) as store:
+    with open_store(path) as store:   # a memory directory, a .db file or a postgresql:// URL
         data = store.last_context(session_id, scope)
     if data is None:
-        raise LookupError(f"{db} has no recorded context for scope {scope}" +
+        raise LookupError(f"{getattr(store, 'where', None) or getattr(store, 'path', path)} has no recorded context "
+                          f"for scope {scope}" +
                           (f" and session {session_id!r}" if session_id else ""))
     return Explanation(data)
 
@@ -79,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(prog="explain.py", description=" ".join(__doc__.split("\n\n")[0].split()))
     sub = ap.add_subparsers(dest="what", required=True)
     s = sub.add_parser("store", help="the last context of a stored session")
-    s.add_argument("path", help="memory directory or .db file")
+    s.add_argument("path", help="memory directory, .db file or postgresql:// URL")
     s.add_argument("--session", default=None)
     s.add_argument("--user", default="default", help="scope: user_id (default: 'default')")
     s.add_argument("--agent", default=None, help="scope: agent_id (default: none)")

@@ -108,7 +108,8 @@ def _collect(queue: Any, procs: list[Any], timeout_s: float) -> list[dict[str, A
 
 def run_concurrent(path: str, n: int, mode: str = "threads", turns: int = 6,
                    encoder: str = DEFAULT_ENCODER) -> dict[str, Any]:
-    """N workers against one store directory (`mode`: "threads" or "processes"); see module docstring."""
+    """N workers against one store directory or PostgreSQL URL (`mode`: "threads" or "processes"); see module
+    docstring."""
     if mode == "threads":
         memory = _open(path, encoder)
         memory.index.sync()
@@ -144,12 +145,12 @@ def run_concurrent(path: str, n: int, mode: str = "threads", turns: int = 6,
 
 def _report(path: str, n: int, mode: str, turns: int, results: list[dict[str, Any]]) -> dict[str, Any]:
     from damc.runtime.scope import Scope
-    from damc.runtime.store import CardStore
+    from damc.runtime.storage import open_store
 
     lat = np.array([x for r in results for x in r["latencies_ms"]], dtype=np.float64)
     wall = max(r["t1"] for r in results) - min(r["t0"] for r in results)
     mismatches = []
-    with CardStore(f"{path}/cards.db") as store:
+    with open_store(path) as store:   # the memory directory or the postgresql:// URL the workers used
         for r in results:
             got = [sc.card for sc in store.session_cards(r["session"], scope=Scope(r["user"]))]
             if len(got) != r["n_cards"] or cards_digest(got) != r["digest"]:

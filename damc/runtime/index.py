@@ -287,6 +287,10 @@ class CardIndex:
             cached.update({r: vecs[i] for i, (r, _) in enumerate(missing)})
         return np.stack([cached[r] for r, _ in rows if r in cached]).astype(np.float32)
 
+    def vectors_for(self, rows: Sequence[tuple[int, int]]) -> np.ndarray:
+        """Unit embeddings of `(rowid, seq)` rows, `(n, dim)` (the `VectorIndex` method lifecycle's merge calls)."""
+        return self._vectors_for(rows)
+
     def _ensure_dim(self) -> int:
         if self.dim is None:
             self.dim = int(self.encode(["dimension probe"]).shape[1])

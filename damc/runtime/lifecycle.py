@@ -55,7 +55,7 @@ def merge_similar(memory: Any, threshold: float = 0.92, *, neighbors: int = 16, 
         return []
     by_row = {sc.rowid: sc for sc in hot}
     rowids = [sc.rowid for sc in hot]
-    vecs = memory.index._vectors_for([(sc.rowid, sc.seq) for sc in hot])
+    vecs = memory.index.vectors_for([(sc.rowid, sc.seq) for sc in hot])
     parent = {r: r for r in rowids}
 
     def find(x: int) -> int:

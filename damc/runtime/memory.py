@@ -61,13 +61,14 @@ from damc.runtime.context import Context, DroppedCard, SelectedCard
 from damc.runtime.config import MemoryConfig
 from damc.runtime.identity import ON_MISMATCH, ConversationMismatchError, DigestCache, TextMemo, clean_messages, \
     history_tokens, message_digest
-from damc.runtime.index import CardIndex, IndexConfig
+from damc.runtime.index import IndexConfig
 from damc.runtime.ingest import check_call
-from damc.runtime.paths import STORE_SUFFIXES, created_by_opening, remove_created
+from damc.runtime.paths import created_by_opening, remove_created
 from damc.runtime.scope import Scope, tag_card
 from damc.runtime.select import Selector, Threshold, TopK, default_budget
 from damc.runtime.observe import ingest_messages, observe_session
-from damc.runtime.store import CardStore, StoreConfig, StoredCard
+from damc.runtime.storage import is_server_url, open_storage
+from damc.runtime.store import StoreConfig, StoredCard
 from damc.runtime.valuers import CachedValuer, HeuristicValuer, ScorerValuer, Valuer, as_valuer
 from damc.runtime.verbs import MemoryVerbs
 
@@ -118,7 +119,8 @@ class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
     """Decision-aware memory for a tool-calling agent (see module docstring).
 
     Args:
-        path: None (in memory), a directory (`cards.db` + `cards.faiss` inside), or a `.db` file path.
+        path: None (in memory), a directory (`cards.db` + `cards.faiss` inside), or a `.db` file path, or a
+            PostgreSQL server: a `postgresql://` URL or a `psycopg_pool.ConnectionPool` (`damc.runtime.storage`).
         valuer: how cards are valued (default: `default_valuer(scorer)` — the heuristic prior, or the student
             through its learned combiner when `scorer` is given).
         selector: how cards are chosen (default: `default_selector` — the scorer's dev-chosen `Threshold(τ)`,
@@ -134,7 +136,7 @@ class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
         config: every setting (`MemoryConfig`: context window, session, agent, share_sessions, budgets, …);
             `user_id` above overrides its user. `context_window=`, `session_id=`, `agent_id=` and
             `share_sessions=` as keywords still work for one release, with a `DeprecationWarning`.
-        index_config / store_config: FAISS and SQLite settings.
+        index_config / store_config: FAISS and SQLite settings (`PgConfig` as `store_config` for PostgreSQL).
 
     Example:
         >>> memory = DecisionAwareMemory("memory_dir", user_id="alice", config=MemoryConfig(context_window=32_768))
@@ -172,14 +174,14 @@ class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
 
         if isinstance(tokenizer, str) and tokenizer not in REGISTRY:
             self.tokenizer    # a path or hub id: a missing or corrupt file fails here, naming it
-        created = created_by_opening(path)
+        server = is_server_url(path)
+        created = [] if server else created_by_opening(path)
         try:
-            db, faiss_path = self._paths(path)
-            self.path = Path(path) if path else None
-            self.store = CardStore(db, store_config)
+            self.path = None if server or not path else Path(path)   # None for a PostgreSQL memory
             scorer_dir = scorer if isinstance(scorer, (str, os.PathLike)) else getattr(scorer, "path", None)
-            self.index = CardIndex(self.store, encoder, faiss_path, index_config,
-                                   encoder_backend=self.config.encoder_backend, scorer_dir=scorer_dir)
+            self.store, self.index = open_storage(path, encoder, store_config=store_config,
+                                                  index_config=index_config,
+                                                  encoder_backend=self.config.encoder_backend, scorer_dir=scorer_dir)
             self.valuer = valuer if valuer is not None else default_valuer(scorer, self.config)
             self.selector = selector or default_selector(self.valuer)
             self.compressor = compressor or COMPRESSORS[self.config.compressor]()
@@ -188,16 +190,6 @@ class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
                 self.store.close()
             remove_created(created)
             raise
-
-    @staticmethod
-    def _paths(path: str | os.PathLike | None) -> tuple[str, str | None]:
-        if path is None:
-            return ":memory:", None
-        p = Path(path)
-        if p.suffix in STORE_SUFFIXES:
-            return str(p), str(p.with_suffix(".faiss"))
-        p.mkdir(parents=True, exist_ok=True)
-        return str(p / "cards.db"), str(p / "cards.faiss")
 
     def _scope(self, user_id: str | None, agent_id: str | None) -> Scope:
         """The memory's scope with per-call ids overriding it."""

@@ -153,6 +153,17 @@ def migrate_v2_to_v3(c: sqlite3.Connection) -> None:
     create(c)  # IF NOT EXISTS throughout: only the events table is new
     rows = c.execute("SELECT user_id, agent_id, card_id, tier, archived_at, data FROM cards "
                      "WHERE tier = 'cold' OR data LIKE '%merged_from%' ORDER BY rowid").fetchall()
+    events = backfilled_events(rows)
+    c.executemany("INSERT INTO events (user_id, agent_id, card_id, event, t, detail) VALUES (?, ?, ?, ?, ?, ?)",
+                  events)
+    c.execute("UPDATE schema_version SET version = 3")
+
+
+def backfilled_events(rows: list[tuple]) -> list[tuple]:
+    """History events a store without an events table implies, oldest first: `rows` are `(user_id, agent_id,
+    card_id, tier, archived_at, data)` of the cold and merged cards; a merged card (`meta["merged_from"]`) gets a
+    "merge" event, each of its sources a "merged_into" event, and every other cold card an "archive" event, at the
+    time it went cold. Shared by the SQLite (v2 -> v3) and PostgreSQL (`damc.runtime.pgschema`) migrations."""
     into: dict[tuple[str, str, str], str] = {}
     cold_at = {(u, a, cid): at for u, a, cid, tier, at, _ in rows if tier == "cold"}
     events = []
@@ -170,9 +181,7 @@ def migrate_v2_to_v3(c: sqlite3.Connection) -> None:
                                                                             "backfilled": True})))
         else:
             events.append((u, a, cid, "archive", at or 0.0, json.dumps({"backfilled": True})))
-    c.executemany("INSERT INTO events (user_id, agent_id, card_id, event, t, detail) VALUES (?, ?, ?, ?, ?, ?)",
-                  sorted(events, key=lambda e: e[4]))
-    c.execute("UPDATE schema_version SET version = 3")
+    return sorted(events, key=lambda e: e[4])
 
 
 def migrate_v3_to_v4(c: sqlite3.Connection) -> None:
