@@ -4,5 +4,5 @@
 * `loadtest` — concurrent `DecisionAwareMemory` users on one store (`scripts/bench_memory.py`);
 * `explain` — `scripts/explain.py`: a stored session's last context, or one decision of an episode file.
 
-They may import any layer; no library module imports them (tests/test_architecture.py).
+They may import any layer; no library module imports them (tests/unit/test_architecture.py).
 """

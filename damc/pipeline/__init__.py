@@ -6,5 +6,5 @@
 * `curve` — the learning curve (smaller students on nested subsets of the labels, scored on dev);
 * `reproduce` — `make reproduce`: the study's stages in order, then the report.
 
-Nothing below this package imports it (tests/test_architecture.py).
+Nothing below this package imports it (tests/unit/test_architecture.py).
 """

@@ -9,7 +9,7 @@ encoder), `valuers` (how much a card matters), `knn` (the teacher's non-parametr
 `explain` (why each card was kept or dropped), `integrations/`
 (OpenAI client wrapper, LangChain middleware).
 
-Import rules (checked by tests/test_architecture.py): the runtime never imports the teacher, scorer
+Import rules (checked by tests/unit/test_architecture.py): the runtime never imports the teacher, scorer
 training or the evaluation harness, and a runtime-only install (`pip install damc`) never imports torch.
 Nothing is imported eagerly here; `ConversationMismatchError` (`damc.runtime.identity`) is imported on first use.
 """

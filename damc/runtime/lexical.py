@@ -3,7 +3,7 @@
 The runtime needs BM25 in two places — the `BM25Valuer` competitor and a feature of the student's learned
 combiner — and a runtime-only install carries only numpy, faiss, onnxruntime and tokenizers, so this is the
 one small piece written by hand. Candidate sets are small (≤ a few hundred cards), so a dense term-count
-matrix is the fastest form. tests/test_lexical.py checks every score against `bm25s` on real cards.
+matrix is the fastest form. tests/unit/test_lexical.py checks every score against `bm25s` on real cards.
 
     idf(t)      = ln(1 + (N − df(t) + 0.5) / (df(t) + 0.5))
     score(q, d) = Σ_{t ∈ q} idf(t) · tf(t, d) / (tf(t, d) + k1 · (1 − b + b · |d| / avgdl))   (one term per query token)

@@ -7,7 +7,7 @@ import pytest
 
 from damc.extras import MissingExtraError, extra_of, requires
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_dependency_of_a_runtime_extra_is_known_with_its_extra():

@@ -15,7 +15,7 @@ from hydra import compose, initialize
 from damc.cards import Card
 from damc.query import RENDER_VERSION, render_card
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LABELS = ROOT / "data" / "samples" / "scorer_labels_sample.jsonl"
 
 

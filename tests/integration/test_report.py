@@ -10,7 +10,7 @@ import pytest
 from damc.eval.results import aggregate
 from damc.eval.report import check_targets, compact_table, load_operating, load_results, report, targets_table
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 N = 20
 
 

@@ -7,7 +7,7 @@ server and compared with what it wrote (count + SHA-256 over the exact cards), a
 search ever returned another scope's card. N = 1, 4, 16 and 64 workers, 3 turns each, loopback (a Unix socket),
 each run bounded at 120 s. The workers fork from the test process (64 spawned interpreters would spend
 minutes importing on a 2-core box) and use a hashing 384-dimension encoder (no model to load per worker); the
-real encoder's end-to-end path is in tests/test_store_backends.py.
+real encoder's end-to-end path is in tests/integration/test_store_backends.py.
 """
 
 from __future__ import annotations

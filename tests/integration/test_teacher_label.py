@@ -17,7 +17,7 @@ from damc.episodes import Episode, decision_points, write_episodes
 from damc.teacher.label import main, plan_decisions, shard_by_episode, shard_decisions
 from damc.labels import EXTRA_COLUMNS, LABEL_COLUMNS, LabelFormatError, load_labels
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 

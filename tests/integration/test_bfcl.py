@@ -18,7 +18,7 @@ from damc.data.bfcl import (BFCLBackends, BFCLCallParseError, build_bfcl_episode
                             parse_calls)
 from damc.episodes import current_turn_start, load_episodes, write_episodes
 
-SAMPLE = Path(__file__).resolve().parents[1] / "data" / "samples" / "bfcl_sample.jsonl"
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "samples" / "bfcl_sample.jsonl"
 
 
 @pytest.fixture(scope="module")

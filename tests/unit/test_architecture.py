@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "damc"
 # The ground floor: contracts every layer shares; it imports nothing above itself.
 GROUND = ("damc.episodes", "damc.facts", "damc.ranking", "damc.extras")

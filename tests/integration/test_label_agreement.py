@@ -11,7 +11,7 @@ from conftest import LABEL_SAMPLE, label_sample_rows, write_jsonl
 
 from damc.teacher.agreement import label_agreement, paired_decisions
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LABELS = LABEL_SAMPLE
 _rows, _write = label_sample_rows, write_jsonl
 

@@ -8,7 +8,7 @@ import pytest
 from damc.pipeline.stages import compose_stage
 from damc.pipeline.study import Study
 
-PROFILES = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "damc" / "configs" / "experiment")
+PROFILES = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "damc" / "configs" / "experiment")
                   .glob("study_*.yaml"))
 
 

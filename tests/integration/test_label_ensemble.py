@@ -10,7 +10,7 @@ from conftest import LABEL_SAMPLE, label_sample_rows, write_jsonl
 from damc.labels import group_decisions, load_labels
 from damc.teacher.ensemble import merge_labels
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LABELS = LABEL_SAMPLE
 _rows, _write = label_sample_rows, write_jsonl
 

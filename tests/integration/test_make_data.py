@@ -11,7 +11,7 @@ from damc.data.make import main, summarize
 from damc.episodes import load_episodes, split_episodes
 from damc.data.synthetic import generate_episodes
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cfg(out_dir, *overrides):

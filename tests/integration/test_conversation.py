@@ -15,7 +15,7 @@ from damc.runtime.config import MemoryConfig
 from damc.runtime.identity import TextMemo, align, chain_of, message_digest
 from damc.runtime.memory import DecisionAwareMemory
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOOLS = [{"type": "function", "function": {"name": "get_order", "description": "Look up an order",
           "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}}}}]
 SYSTEM = {"role": "system", "content": "You are a support agent."}

@@ -25,7 +25,7 @@ from damc.data.synthetic import generate_episodes
 from damc.data.tau2_user import CONFIRMATIONS, key_card_ids, plan_user_turns, to_first_person
 from damc.facts import value_pattern
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "data" / "samples" / "tau2_retail_sample.jsonl"
 # Retail tasks replayed by the fast tests: an exchange (0), a return after deliberate errors (46), a
 # caller giving two wrong emails first (54), a pending-order modification (62), address changes (59).
