@@ -342,7 +342,7 @@ def evaluate_unit(unit: Unit, d: Decision, view: DecisionView, env: PolicyEnv, l
                                                       "n_action_tokens", "normalised")})
         rec.update(failed=False, prompt_tokens=hit["prompt_tokens"], history_tokens=out.history_tokens,
                    overhead_ms=overhead, value_ms=first, llm_ms=hit["llm_ms"], exact_match=hit["em"],
-                   kept_card_ids=out.kept_card_ids, n_candidates=len(out.candidate_ids),
+                   kept_card_ids=out.kept_card_ids, n_candidates=len(out.candidate_ids), truncated=out.truncated,
                    key_in_candidates=[k for k in d.history_key_ids if k in set(out.candidate_ids)],
                    confuser=(any(holds_any(text.get(c, ""), confusers) for c in kept) if confusers else None),
                    **prompt_values(out.messages, d.history_values, d.turn_text, confusers),
