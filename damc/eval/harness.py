@@ -13,7 +13,9 @@ budget) — each once per `render` mode (`template` | `fields` | `raw`, the same
 that record depends on (data file, decision filters, decision LLM, memory settings, the policy's options and
 the files of its scorer / labels): a rerun skips records whose fingerprint still matches and redoes the
 others, so a killed run resumes where it stopped and a changed setting never silently reuses old records.
-A policy or LLM call that raises is recorded as failed for that decision only.
+A policy or LLM call that raises is recorded as failed for that decision only. Besides accuracy, a scored record
+holds `gold_logprob_per_token` (the gold's mean log-prob per token under that prompt: the gold log-likelihood gain's
+input) and message policies' `truncated` (`full` cut at the decision LLM's window).
 
 `score=false` is the selection-only mode: the same prompts through the same runtime path, measured (kept cards,
 key hit and recall, candidate recall, confuser rate, prompt tokens, overhead) without the decision LLM — only its

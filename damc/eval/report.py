@@ -2,7 +2,10 @@
 study's targets, checked.
 
 `results.json` (written by the harness, `damc.eval.results`) holds one entry per `policy@setting`; this module
-renders the compact table the README shows (accuracy, paired Δ vs `window` with its 95 % interval, median
+leads each test set with its headline table (`window`, `full`, `similarity`, `bm25`, `rrf`, `heuristic`, `damc`,
+`oracle` at their operating points × accuracy, gold log-likelihood gain vs `window` and `full`, where memory
+matters, prompt tokens and the memory metrics, then the smallest difference the set can detect), renders the
+compact table the README shows (accuracy, paired Δ vs `window` with its 95 % interval, median
 prompt tokens, one column per budget), names the Pareto front, shows each policy at the operating point chosen
 on a dev split, and checks the study's targets for one policy (by default `damc`) at each budget and at its
 operating point:
@@ -253,8 +256,10 @@ LL_NOTE = ("Gold LL gain: the paired difference of the gold action's mean log-pr
 
 def report(named: dict[str, dict[str, Any]], policy: str = "damc",
            operating: dict[str, dict[str, str]] | None = None) -> str:
-    """The Markdown section for several result sets (`{title: results}`): description, table, Pareto front,
-    operating points (`{title: {policy: setting}}`, chosen on dev) and the targets checked."""
+    """The Markdown section for several result sets (`{title: results}`): per set its description, the headline
+    table (`operating_table`: each policy at its operating point — `{title: {policy: setting}}`, chosen on dev —
+    or its largest budget, with the gold LL gain and the set's detectable difference), the policy × budget table,
+    the Pareto front and the targets checked; then `LL_NOTE` (what the gain is, and when it is not independent)."""
     parts = []
     for title, res in named.items():
         ops = (operating or {}).get(title) or {}
