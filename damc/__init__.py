@@ -25,6 +25,7 @@ _LAZY = {
     "decision_points": "damc.episodes",
     "CardScorer": "damc.runtime.scorer",
     "DecisionAwareMemory": "damc.runtime.memory",
+    "ConversationMismatchError": "damc.runtime.identity",
 }
 
 __all__ = sorted(_LAZY)

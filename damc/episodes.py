@@ -368,7 +368,10 @@ def render_action(message: dict[str, Any]) -> str:
     """Canonical text of an assistant action: tool calls joined by '; ', else the reply text."""
     calls = message.get("tool_calls") or []
     if calls:
-        return "; ".join(render_call(c["function"]["name"], call_arguments(c)) for c in calls)
+        try:
+            return "; ".join(render_call(c["function"]["name"], {**call_arguments(c)}) for c in calls)
+        except (ValueError, TypeError, RecursionError):   # arguments a model cut short: written as they came
+            return "; ".join(f"{c['function']['name']}({c['function'].get('arguments')})" for c in calls)
     return message_text(message).strip()
 
 

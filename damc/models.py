@@ -21,10 +21,11 @@ once by transformers into a cached HF directory (`$DAMC_CACHE`, default `~/.cach
 loads take seconds; its tokenizer is read from the GGUF metadata alone (`load_tokenizer`, and torch-free
 `damc.tokens.load_token_counter`). Anything else is passed to `from_pretrained` as is (HF id or local path).
 Loaders of torch/transformers models raise `damc.extras.MissingExtraError` (install `damc[train]`) in a
-light install.
+light install. Causal LMs load through `damc.llm` (`LocalLLM`, `load_causal_lm`), which also holds the one
+precision policy (`damc.llm.dtype_name`).
 
 Example:
-    >>> model, tok = load_causal_lm("smollm2-135m")      # bf16 on AMX CPUs, fp32 otherwise
+    >>> path = resolve_model("smollm2-135m")             # the converted HF directory
     >>> enc = load_sentence_encoder("minilm-l6")
 """
 
@@ -291,44 +292,6 @@ def _converted_gguf(name: str, gguf_path: Path) -> Path:
     return out
 
 
-def cpu_supports_bf16() -> bool:
-    """True when the CPU has native bf16 matmul units (AMX or AVX512-BF16)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "amx_bf16" in flags or "avx512_bf16" in flags
-
-
-def pick_device(device: str = "auto") -> str:
-    from damc.extras import requires
-
-    with requires("picking a torch device"):
-        import torch
-
-    if device != "auto":
-        return device
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def pick_dtype(dtype: str = "auto", device: str = "cpu") -> Any:
-    """`auto` → bf16 on GPUs and on AMX/AVX512-BF16 CPUs, fp32 otherwise; or an explicit name."""
-    from damc.extras import requires
-
-    with requires("a torch dtype"):
-        import torch
-
-    names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-             "float16": torch.float16, "fp16": torch.float16}
-    if dtype != "auto":
-        if dtype not in names:
-            raise ValueError(f"unknown dtype {dtype!r}; expected auto|" + "|".join(names))
-        return names[dtype]
-    if str(device).startswith("cuda"):
-        return torch.bfloat16
-    return torch.bfloat16 if cpu_supports_bf16() else torch.float32
-
-
 @functools.lru_cache(maxsize=8)
 def load_tokenizer(name_or_path: str) -> Any:
     """The Hugging Face tokenizer of a model (cached per process). A registry GGUF's tokenizer comes from its
@@ -353,26 +316,6 @@ def load_tokenizer(name_or_path: str) -> Any:
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
-
-
-def load_causal_lm(name_or_path: str, dtype: str = "auto", device: str = "auto") -> tuple[Any, Any]:
-    """Load a causal LM and its tokenizer in eval mode.
-
-    Args:
-        name_or_path: registry name, HF id or local path.
-        dtype: "auto" | "float32" | "bfloat16" | "float16".
-        device: "auto" (cuda if available) | "cpu" | "cuda:0" ...
-    """
-    from damc.extras import requires
-
-    with requires("loading a causal LM"):
-        from transformers import AutoModelForCausalLM
-
-    device = pick_device(device)
-    torch_dtype = pick_dtype(dtype, device)
-    path = resolve_model(name_or_path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device).eval()
-    return model, load_tokenizer(name_or_path)
 
 
 @functools.lru_cache(maxsize=4)

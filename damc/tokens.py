@@ -209,15 +209,13 @@ class TokenCounter:
     @classmethod
     def from_dir(cls, path: str | Path) -> "TokenCounter":
         """A directory with `tokenizer.json` (and optionally `tokenizer_config.json` / `chat_template.jinja`)."""
-        from tokenizers import Tokenizer
-
         path = Path(path)
-        config = json.loads((path / "tokenizer_config.json").read_text()) if (path / "tokenizer_config.json").exists() else {}
+        config = _read_json(path / "tokenizer_config.json") if (path / "tokenizer_config.json").exists() else {}
         template = config.get("chat_template")
         if (path / "chat_template.jinja").exists():
             template = (path / "chat_template.jinja").read_text()
         special = {k: v.get("content") if isinstance(v, dict) else v for k, v in config.items() if k in SPECIAL_KEYS and v}
-        return cls(Tokenizer.from_file(str(path / "tokenizer.json")), template, special, str(path))
+        return cls(read_tokenizer_file(path / "tokenizer.json"), template, special, str(path))
 
     @classmethod
     def from_hf(cls, tokenizer: Any, name: str = "") -> "TokenCounter":
@@ -291,19 +289,63 @@ def load_token_counter(name_or_path: str) -> TokenCounter:
 
     Raises:
         ModelNotAvailableError: a registry model whose package is not installed.
+        FileNotFoundError: a local path (existing, absolute, `./`-relative, or ending in .json/.gguf) that holds no
+            tokenizer; the message names the path.
+        ValueError: a corrupt `tokenizer.json` / `tokenizer_config.json` / GGUF header, named.
     """
     from damc.models import REGISTRY, packaged_path
 
-    path = packaged_path(name_or_path) if name_or_path in REGISTRY else Path(name_or_path)
+    path = packaged_path(name_or_path) if name_or_path in REGISTRY else Path(name_or_path).expanduser()
     if path.suffix == ".gguf" and path.is_file():
         return TokenCounter.from_gguf(path)
+    if path.name == "tokenizer.json" and path.is_file():
+        return TokenCounter.from_dir(path.parent)
     if (path / "tokenizer.json").exists():
         return TokenCounter.from_dir(path)
+    if path.exists() or _looks_local(name_or_path):   # a local path without a tokenizer: say what was expected
+        what = ("has no tokenizer.json" if path.is_dir() else "is not a .gguf or tokenizer.json file") \
+            if path.exists() else "does not exist"
+        raise FileNotFoundError(f"tokenizer {str(path)!r} {what}: expected a directory holding tokenizer.json, a "
+                                f"tokenizer.json or .gguf file, or a registry name ({', '.join(sorted(REGISTRY))})")
     from damc.extras import requires
 
     with requires(f"loading the tokenizer {name_or_path!r} (no tokenizer.json or GGUF file there)"):
         from transformers import AutoTokenizer
     return TokenCounter.from_hf(AutoTokenizer.from_pretrained(str(name_or_path)), name=str(name_or_path))
+
+
+def _looks_local(name: str) -> bool:
+    """A tokenizer name that can only mean a local file (a hub id is `org/name`)."""
+    return name.startswith(("/", "./", "../", "~", "\\")) or name.endswith((".json", ".gguf")) or ":" in name[1:3]
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    """A JSON object file; a corrupt one raises ValueError naming it."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not valid JSON ({e}); re-download or re-export the tokenizer files") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object, got a {type(data).__name__}")
+    return data
+
+
+def read_tokenizer_file(path: Path) -> Any:
+    """A `tokenizers.Tokenizer` from a `tokenizer.json`; a missing or corrupt file raises naming it.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: the file is not a tokenizer the `tokenizers` library can read.
+    """
+    from tokenizers import Tokenizer
+
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no tokenizer.json there (expected the model's tokenizer files)")
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as e:  # noqa: BLE001 - tokenizers raises a bare Exception for any parse error
+        raise ValueError(f"{path}: not a readable tokenizer.json ({str(e)[:200]}); re-download or re-export the "
+                         "tokenizer files") from None
 
 
 # ----------------------------------------------------------------------------- encoder / scorer inputs
@@ -335,11 +377,9 @@ class PairTokenizer:
     @classmethod
     def from_dir(cls, path: str | Path, max_length: int) -> "PairTokenizer":
         """From a model directory's `tokenizer.json` (pad token from `tokenizer_config.json`, else `[PAD]`)."""
-        from tokenizers import Tokenizer
-
         path = Path(path)
-        tok = Tokenizer.from_file(str(path / "tokenizer.json"))
-        config = json.loads((path / "tokenizer_config.json").read_text()) if (path / "tokenizer_config.json").exists() else {}
+        tok = read_tokenizer_file(path / "tokenizer.json")
+        config = _read_json(path / "tokenizer_config.json") if (path / "tokenizer_config.json").exists() else {}
         pad = config.get("pad_token") or "[PAD]"
         pad = pad.get("content") if isinstance(pad, dict) else pad
         pad_id = tok.token_to_id(pad)

@@ -58,7 +58,7 @@ def main() -> None:
     import torch
 
     from damc.cli import quiet_third_party
-    from damc.models import cpu_supports_bf16, load_causal_lm
+    from damc.llm import cpu_supports_bf16, load_causal_lm
 
     quiet_third_party()
     text = corpus()

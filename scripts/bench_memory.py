@@ -4,6 +4,7 @@
     python scripts/bench_memory.py --scorer artifacts/scorer --cards 10000 --faiss-n 1000000
     python scripts/bench_memory.py --scoped --ingest 0 --skip-context       # scope-filtered FAISS at 1M cards
     python scripts/bench_memory.py --concurrent 4 --ingest 0 --skip-context --faiss-n 0   # load on one store
+    python scripts/bench_memory.py --big-result 10 --ingest 0 --skip-context --faiss-n 0  # turns after a 10 MB result
 
 1. build_context overhead (p50/p95 of `Context.timings_ms["total"]`, per stage too) with `--cards` cards
    in the store and the scorer valuing `--candidates` candidates per decision (a CardScorer from
@@ -13,6 +14,10 @@
 4. `--scoped`: scope-filtered FAISS search (the runtime's IDSelectorBitmap path) vs one index per scope.
 5. `--concurrent N`: N threads, then N processes, each driving its own session against one store directory
    (`damc.bench.loadtest`): throughput, build_context p50/p95, and an exact read-back check.
+6. `--big-result MB`: build_context overhead on the turns after a tool returned MB megabytes, side by side (timed in
+   alternation) with the same conversation whose tool returned a few bytes — with the caller's list reused (an
+   in-process agent loop) and re-read from JSON every turn (a service receiving the history per request: every
+   string is a new object, hashed again).
 Prints one JSON object with every figure.
 """
 
@@ -150,6 +155,56 @@ def bench_context(n_cards: int, candidates: Sequence[int], decisions: int, score
     return out
 
 
+def bench_big_result(mb: float, turns: int, tokenizer: str | None, rng: random.Random) -> dict[str, Any]:
+    """Turn overhead (`Context.timings_ms["total"]`) after a tool result of `mb` MB, side by side with the same
+    conversation whose tool returned a few bytes (see module docstring, 6.): two memories, the same turns, timed in
+    alternation so the machine's load weighs on both alike. The history's tokens are counted once per message, so
+    the later turns of the big conversation should cost what the small one's cost."""
+    from damc.runtime.memory import DecisionAwareMemory
+
+    tools = [{"type": "function", "function": {"name": "export_rows", "parameters": {"type": "object", "properties": {}}}}]
+    rows, size, i = [], 0, 0
+    while size < mb * 1_000_000:
+        row = json.dumps({"id": 100000 + i, "sku": f"SKU-{rng.randint(0, 10**8):08d}", "qty": rng.randint(0, 99)})
+        rows.append(row)
+        size += len(row) + 1
+        i += 1
+    big = "[" + ",".join(rows) + "]"
+    base = session_messages(0, 6, rng) + [{"role": "user", "content": "Export the catalogue."},
+                                          {"role": "assistant", "content": None, "tool_calls": [{
+                                              "id": "x", "type": "function",
+                                              "function": {"name": "export_rows", "arguments": "{}"}}]}]
+    tail = [{"role": "assistant", "content": "Exported."}, {"role": "user", "content": "How many rows?"}]
+    convs = {"normal": base + [{"role": "tool", "tool_call_id": "x", "content": "[" + ",".join(rows[:3]) + "]"}] + tail,
+             "big": base + [{"role": "tool", "tool_call_id": "x", "content": big}] + tail}
+    times: dict[str, dict[str, list[float]]] = {"after": {"normal": [], "big": []}, "fresh": {"normal": [], "big": []}}
+    with tempfile.TemporaryDirectory() as d:
+        mems = {k: DecisionAwareMemory(os.path.join(d, k), tokenizer=tokenizer) for k in convs}
+        for k, mem in mems.items():                            # warm-up: encoder, tokenizer, FAISS
+            mem.build_context(base[:-1], tools=tools)
+        arrival = {k: mems[k].build_context(convs[k], tools=tools).timings_ms for k in convs}
+        for phase in ("after", "fresh"):                      # fresh: the history re-read from JSON every turn
+            for t in range(turns):
+                step = [{"role": "assistant", "content": f"Done with step {t}."},
+                        {"role": "user", "content": f"Now check order {rng.randint(10000, 99999)}, step {t + 1}."}]
+                for k in (("normal", "big") if t % 2 == 0 else ("big", "normal")):
+                    convs[k] = convs[k] + step
+                    msgs = json.loads(json.dumps(convs[k])) if phase == "fresh" else convs[k]
+                    times[phase][k].append(mems[k].build_context(msgs, tools=tools).timings_ms["total"])
+        last = mems["big"].build_context(convs["big"], tools=tools)
+        for mem in mems.values():
+            mem.close()
+    out: dict[str, Any] = {"result_chars": len(big), "tokenizer": tokenizer,
+                           "big_result_turn_ms": {k: round(v, 1) for k, v in arrival["big"].items()},
+                           "same_turn_small_result_ms": round(arrival["normal"]["total"], 1),
+                           "tokens_before_last_turn": last.tokens_before}
+    for phase, label in (("after", "same_objects"), ("fresh", "fresh_objects")):
+        extra = [b - n for n, b in zip(times[phase]["normal"], times[phase]["big"])]
+        out[f"later_turns_{label}"] = {"normal_ms": _pct(times[phase]["normal"]), "after_big_ms": _pct(times[phase]["big"]),
+                                       "extra_ms_paired": _pct(extra)}
+    return out
+
+
 def bench_faiss(n: int, dim: int, queries: int, nlist: int, nprobe: int) -> dict[str, Any]:
     import faiss
 
@@ -257,6 +312,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--scoped", action="store_true", help="FAISS at --faiss-n: scope-filtered search vs one index per scope")
     ap.add_argument("--concurrent", type=int, default=0, help="N threads and N processes on one store (0: skip)")
     ap.add_argument("--concurrent-turns", type=int, default=6, help="turns per session in the --concurrent run")
+    ap.add_argument("--big-result", type=float, default=0, help="MB of one tool result: overhead of the turns after "
+                                                               "it beside normal turns (0: skip)")
+    ap.add_argument("--big-turns", type=int, default=10, help="timed turns before and after the --big-result one")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
@@ -281,6 +339,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for mode in ("threads", "processes"):
             with tempfile.TemporaryDirectory() as d:
                 out["concurrent"].append(run_concurrent(d, args.concurrent, mode, args.concurrent_turns))
+    if args.big_result:
+        out["big_result"] = bench_big_result(args.big_result, args.big_turns, "smollm2-135m", rng)
     if args.scoped:
         out["faiss_scoped"] = bench_faiss_scoped(args.faiss_n, 384, args.faiss_queries, args.nlist, args.nprobe)
     elif args.faiss_n:

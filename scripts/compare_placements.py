@@ -59,6 +59,9 @@ def pooled(out_dirs: list[Path], head: str | None = None, digits: int = 3) -> st
 
 
 if __name__ == "__main__":
+    if any(a in ("-h", "--help") for a in sys.argv[1:]):
+        print(__doc__)
+        sys.exit(0)
     if len(sys.argv) > 2 and sys.argv[1] == "--pool":   # compare_placements.py --pool DIR1 DIR2 ...
         print(pooled([Path(x) for x in sys.argv[2:]]))
         sys.exit(0)

@@ -12,6 +12,9 @@ import sys
 from pathlib import Path
 
 if __name__ == "__main__":
+    if any(a in ("-h", "--help") for a in sys.argv[1:]):
+        print(__doc__)
+        sys.exit(0)
     if len(sys.argv) > 2 and sys.argv[1] == "--table":
         from damc.eval.renders import table
 

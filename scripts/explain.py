@@ -1,4 +1,5 @@
-"""Explain a DAMC context: a stored session's last one, or one decision of an episode file.
+"""Explanations of a built context (kept and dropped cards, scores, tokens saved, why): a stored session's last one,
+or one decision of an episode file (`damc inspect STORE` adds the store's cards and scopes).
 
     python scripts/explain.py store runs/mem [--session S]
     python scripts/explain.py episode data/samples/bfcl_sample.jsonl [--index K] [--episode ID]

@@ -49,7 +49,7 @@ def pipeline(tmp_path_factory) -> dict[str, Path]:
                    "memory.max_candidates=4", "data.tool_calls_only=true"))
     train(_compose("train", f"data.labels={root / 'labels'}", f"out_dir={root / 'run'}", "trainer=tiny",
                    "model.max_length=96", "data.max_cards=8", "device=cpu", "logger=none", "data.dev_fraction=0.34"))
-    export(_compose("export", f"run_dir={root / 'run'}", f"out={root / 'scorer'}"))
+    export(_compose("export", f"run_dir={root / 'run'}", f"out={root / 'scorer'}", "onnx=false"))  # torch weights
     return {"root": root, "test": root / "data" / "test.jsonl", "labels": root / "labels", "scorer": root / "scorer"}
 
 
@@ -259,7 +259,7 @@ def test_sweeps_render_modes_and_variants_run_through_one_memory(pipeline, tmp_p
 
 def test_selection_only_builds_the_same_prompts_without_the_decision_llm(pipeline, tmp_path, monkeypatch):
     """score=false: the prompts (hashes), kept cards and memory metrics of a scoring run, no LLM weights loaded."""
-    import damc.teacher.backends
+    import damc.llm
     from damc.eval.harness import main
 
     common = ("policies=[window,bm25,damc,oracle]", "budgets=[256]", "max_decisions=2", "data.tool_calls_only=true")
@@ -268,7 +268,7 @@ def test_selection_only_builds_the_same_prompts_without_the_decision_llm(pipelin
     def no_weights(*a, **k):
         raise AssertionError("score=false must not load the decision LLM")
 
-    monkeypatch.setattr(damc.teacher.backends.HFTeacher, "__init__", no_weights)
+    monkeypatch.setattr(damc.llm.LocalLLM, "__init__", no_weights)
     out = tmp_path / "selection"
     sel = main(_eval_cfg(pipeline, out, *common, "score=false"))
     a = {(r["policy"], r["decision_id"]): r for r in _records(tmp_path / "scored")}

@@ -137,9 +137,10 @@ def test_deep_json_and_surrogates(tmp_path):
     assert mem.expand("d:1:0").meta["truncated"]["chars"] == 200_000
     bad_args = [{"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function",
                  "function": {"name": "f", "arguments": '{"a": ' + deep + "}"}}]}]
-    with pytest.raises(EpisodeFormatError) as ei:
-        mem.add_messages(bad_args, session_id="e")
-    assert ei.value.field == "messages[0].tool_calls[0].function.arguments"
+    mem.add_messages(bad_args, session_id="e")                   # too deep to parse: kept as text, not refused
+    card = mem.expand("e:0:0")
+    assert card.meta["malformed"] is True and len(card.meta["raw_arguments"]) == MAX_CARD_CHARS
+    assert card.arguments == {} and card.meta["truncated"]["kept"] == MAX_CARD_CHARS
     # lone surrogates (a str) and JSON \ud800 escapes are stored as U+FFFD, never crash SQLite or the tokenizer
     mem2 = DecisionAwareMemory(None, encoder=None)
     mem2.add_messages([{"role": "user", "content": "bad \udcff bytes"},

@@ -22,17 +22,15 @@ DOC_EXAMPLE = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "runtime.md").
 
 
 @pytest.fixture(scope="module")
-def scorer_dir(tmp_path_factory) -> Path:
-    """A scorer exported by the real export config (onnx, int8, encoder/) from a MiniLM cross-encoder with a
-    seeded head and a hand-set combiner (training is covered by test_scorer_pipeline; this is about inference)."""
+def run_dir(tmp_path_factory) -> Path:
+    """A training-run directory: a MiniLM cross-encoder with a seeded head and a hand-set combiner (training is
+    covered by test_scorer_pipeline; this is about inference)."""
     import torch
-    from hydra import compose, initialize
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from damc.models import resolve_model
     from damc.query import RENDER_VERSION
     from damc.runtime.combiner import COMBINER_FILE, FEATURES, Combiner
-    from damc.scorer.export import main as export
 
     run = tmp_path_factory.mktemp("run")
     torch.manual_seed(0)
@@ -45,13 +43,50 @@ def scorer_dir(tmp_path_factory) -> Path:
     coef = {"student": 1.0, "cosine": 1.0, "pinned": 0.5}
     Combiner(list(FEATURES), [0.0] * len(FEATURES), [1.0] * len(FEATURES), [coef.get(f, 0.0) for f in FEATURES],
              -0.5, [-10.0, 10.0], [-1.0, 1.0]).save(run / COMBINER_FILE)
-    out = tmp_path_factory.mktemp("scorer") / "scorer"
+    return run
+
+
+def _export(run: Path, out: Path, *overrides: str) -> dict:
+    from hydra import compose, initialize
+
+    from damc.scorer.export import main as export
+
     with initialize(config_path="../configs", version_base="1.3"):
-        cfg = compose("export", overrides=[f"run_dir={run}", f"out={out}", "onnx=true", "int8=true"])
-    res = export(cfg)
+        return export(compose("export", overrides=[f"run_dir={run}", f"out={out}", *overrides]))
+
+
+@pytest.fixture(scope="module")
+def export_result(run_dir, tmp_path_factory) -> dict:
+    """`scripts/export.py run_dir=RUN out=SCORER` with the shipped defaults."""
+    res = _export(run_dir, tmp_path_factory.mktemp("scorer") / "scorer")
     assert res["onnx_max_abs_diff"] < 1e-3 and res["encoder_min_cosine"] >= 0.99
-    assert {"model.onnx", "model_int8.onnx", "encoder", "combiner.json", "tokenizer.json"} <= set(res["files"])
+    return res
+
+
+@pytest.fixture(scope="module")
+def scorer_dir(export_result) -> Path:
+    return Path(export_result["out"])
+
+
+@pytest.fixture(scope="module")
+def fp32_dir(run_dir, tmp_path_factory) -> Path:
+    """The same run exported with the fp32 copies (torch weights, model.onnx) and without the encoder."""
+    out = tmp_path_factory.mktemp("scorer_fp32") / "scorer"
+    res = _export(run_dir, out, "fp32=true", "encoder=null")
+    assert {"model.safetensors", "config.json", "model.onnx", "model_int8.onnx"} <= set(res["files"])
     return out
+
+
+def test_the_default_export_holds_only_what_the_light_runtime_reads(export_result, fp32_dir):
+    """Default export: the int8 ONNX scorer, tokenizer, metadata, combiner and ONNX encoder — no fp32 weights,
+    no fp32 ONNX graph (the run directory keeps the checkpoint)."""
+    files = set(export_result["files"])
+    assert {"model_int8.onnx", "encoder", "combiner.json", "damc_scorer.json", "tokenizer.json"} <= files
+    assert not files & {"model.safetensors", "config.json", "model.onnx", "checkpoints", "train_meta.json"}
+    assert files - {"model_int8.onnx", "encoder", "combiner.json", "damc_scorer.json"} <= {
+        "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"}
+    full = sum(f.stat().st_size for f in fp32_dir.rglob("*") if f.is_file()) / 1e6  # without encoder/
+    assert export_result["size_mb"] < full / 2, (export_result["size_mb"], full)
 
 
 def _decision(n_msgs: int = 13):
@@ -73,7 +108,7 @@ print("RESULT", json.dumps({"encoder": memory.index.model_name, "tokens": type(m
     assert res == {"encoder": "minilm-l6-int8", "tokens": "TokenCounter", "valuer": "cached(heuristic)", "heavy": []}
 
 
-def test_exported_onnx_scorer_runs_the_runtime_without_torch(scorer_dir, tmp_path):
+def test_exported_onnx_scorer_runs_the_runtime_without_torch(scorer_dir, fp32_dir, tmp_path):
     from damc.runtime.scorer import CardScorer
 
     msgs, tools = _decision()
@@ -87,7 +122,7 @@ mem = DecisionAwareMemory({str(tmp_path / "mem")!r}, scorer={str(scorer_dir)!r},
 ctx = mem.build_context(msgs, tools=tools)
 scorer = mem.valuer.inner.scorer
 pairs = [(ctx.decision_query, render_card(mem.expand(s.card_id))) for s in ctx.selected + ctx.dropped]
-fp32 = CardScorer.from_pretrained({str(scorer_dir)!r}, backend="onnx").predict(pairs)
+fp32 = CardScorer.from_pretrained({str(fp32_dir)!r}, backend="onnx").predict(pairs)
 print("RESULT", json.dumps({{"valuer": ctx.valuer, "selector": ctx.selector, "encoder": mem.index.model_name,
       "scorer": repr(scorer), "kept": [s.card_id for s in ctx.selected], "n": ctx.n_candidates, "pairs": pairs,
       "fp32": fp32.tolist(), "values": [s.value for s in ctx.selected],
@@ -99,7 +134,7 @@ print("RESULT", json.dumps({{"valuer": ctx.valuer, "selector": ctx.selector, "en
     assert res["encoder"] == "minilm-l6-onnx-int8" and "backend=onnx, dtype=int8" in res["scorer"]
     assert res["n"] >= 5 and res["kept"] and all(v > 0.0 for v in res["values"])  # Threshold(0.0) on the combiner
     # the torch-free tokenizer + onnxruntime give the torch model's scores (HF tokenizer, fp32) on the same pairs
-    want = CardScorer.from_pretrained(scorer_dir, backend="torch").predict([tuple(p) for p in res["pairs"]])
+    want = CardScorer.from_pretrained(fp32_dir, backend="torch").predict([tuple(p) for p in res["pairs"]])
     np.testing.assert_allclose(res["fp32"], want, atol=1e-3)
 
 
@@ -153,15 +188,57 @@ def test_onnx_encoders_match_sentence_transformers_on_real_cards(scorer_dir):
         assert float((got * ref).sum(axis=1).min()) >= 0.99, enc
 
 
+def test_default_load_is_the_int8_onnx_file_in_a_light_and_a_full_install(scorer_dir, run_dir):
+    """`CardScorer.from_pretrained(path)` with no backend: the int8 ONNX file (on main it was torch, which a light
+    install lacks: MissingExtraError); `ScorerMetadata` typed and the same on both."""
+    from damc.runtime.scorer import CardScorer, ScorerMetadata
+
+    out = run_light(f"""
+import sys
+from damc import CardScorer
+s = CardScorer.from_pretrained({str(scorer_dir)!r})
+print("RESULT", repr(s), s.metadata.threshold, s.metadata.render_version == __import__("damc.query").query.RENDER_VERSION,
+      s.score("user: where is order 88412?", ["[tool_result] get_order(order_id=88412) -> shipped"]).shape,
+      "torch" in sys.modules)
+""")
+    line = out.split("RESULT ", 1)[1].splitlines()[0]
+    assert "backend=onnx, dtype=int8" in line and line.endswith("0.0 True (1,) False"), line
+    full = CardScorer.from_pretrained(scorer_dir)  # a full install: the same file, not torch
+    assert "backend=onnx, dtype=int8" in repr(full) and isinstance(full.metadata, ScorerMetadata)
+    assert full.metadata == ScorerMetadata.from_training_run(run_dir)
+
+
+def test_a_full_install_embeds_with_the_onnx_encoder_unless_torch_is_asked_for(tmp_path):
+    """The retrieval encoder of a memory without a scorer is the packaged int8 ONNX file in a full install too
+    (on main: sentence-transformers, loaded on every construction); `encoder_backend="torch"` opts in."""
+    code = f"""
+import sys
+from damc import DecisionAwareMemory
+from damc.runtime.memory import MemoryConfig
+mem = DecisionAwareMemory({str(tmp_path / "m")!r})
+mem.index.encode(["where is order 88412?"])
+print("DEFAULT", mem.index.model_name, "sentence_transformers" in sys.modules)
+mem.close()
+opt = DecisionAwareMemory(None, config=MemoryConfig(encoder_backend="torch"))
+opt.index.encode(["x"])
+print("TORCH", opt.index.model_name, "sentence_transformers" in sys.modules)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "DEFAULT minilm-l6-int8 False" in proc.stdout and "TORCH minilm-l6 True" in proc.stdout, proc.stdout
+
+
 def test_encoder_backend_choice(scorer_dir, monkeypatch):
     from damc.runtime import encoder
     from damc.runtime.encoder import choose_encoder
 
-    assert choose_encoder("minilm-l6").backend == "torch"  # full install, no exported encoder: unchanged
+    assert choose_encoder("minilm-l6").name == "minilm-l6-int8"  # full install: the packaged ONNX file too
     assert choose_encoder("minilm-l6", scorer_dir=scorer_dir).name == "minilm-l6-onnx-int8"
     assert choose_encoder("minilm-l6", "torch", scorer_dir=scorer_dir).backend == "torch"
     assert choose_encoder("minilm-l6", "onnx").name == "minilm-l6-int8"
-    assert choose_encoder("other-model", scorer_dir=scorer_dir).backend == "torch"  # exported from minilm only
+    assert choose_encoder("other-model", scorer_dir=scorer_dir).backend == "torch"  # no ONNX form: torch
+    monkeypatch.setattr(encoder, "_packaged_onnx", lambda spec: None)  # the int8 package not installed
+    assert choose_encoder("minilm-l6").backend == "torch"
     monkeypatch.setattr(encoder, "_torch_installed", lambda: False)
     assert choose_encoder("minilm-l6").name == "minilm-l6-int8"
     with pytest.raises(ValueError, match="no ONNX encoder"):

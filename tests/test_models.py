@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from damc import models
-from damc.models import ModelNotAvailableError, RegistryEntry, pick_dtype, resolve_model
+from damc.llm import load_causal_lm
+from damc.models import ModelNotAvailableError, RegistryEntry, resolve_model
 
 
 def test_minilm_resolves_to_packaged_dir():
@@ -58,27 +59,6 @@ def test_gguf_converted_once_and_cached(tmp_path, monkeypatch):
         assert tok.encode(text) == from_gguf.encode(text) and tok.eos_token == from_gguf.eos_token
     finally:
         models.load_tokenizer.cache_clear()
-
-
-def test_load_causal_lm_scores_text():
-    import torch
-
-    model, tok = models.load_causal_lm("smollm2-135m", dtype="float32", device="cpu")
-    assert model.dtype == torch.float32
-    ids = tok("The capital of France is Paris", return_tensors="pt").input_ids
-    with torch.inference_mode():
-        loss = model(ids, labels=ids).loss.item()
-    assert 0.5 < loss < 8.0  # a real language model, not random weights (random ≈ ln(49152) ≈ 10.8)
-
-
-def test_pick_dtype():
-    import torch
-
-    assert pick_dtype("float32") == torch.float32
-    assert pick_dtype("auto", "cuda:0") == torch.bfloat16
-    assert pick_dtype("auto", "cpu") == (torch.bfloat16 if models.cpu_supports_bf16() else torch.float32)
-    with pytest.raises(ValueError, match="unknown dtype"):
-        pick_dtype("int3")
 
 
 # --- split GGUFs (Qwen2.5-Coder parts): real registry entries, fake part files at monkeypatched locations ---
@@ -201,7 +181,7 @@ def test_missing_part_file_is_named(fake_site):
 def test_qwen_05b_loads_and_scores():
     import torch
 
-    model, tok = models.load_causal_lm("qwen2.5-coder-0.5b", dtype="float32", device="cpu")
+    model, tok = load_causal_lm("qwen2.5-coder-0.5b", dtype="float32", device="cpu")
     assert model.config.model_type == "qwen2"
     text = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}], tokenize=False,
                                    add_generation_prompt=True)

@@ -45,10 +45,11 @@ def scorer_dir(run_dir, tmp_path_factory) -> Path:
 
     out = tmp_path_factory.mktemp("scorer") / "scorer"
     with initialize(config_path="../configs", version_base="1.3"):
-        cfg = compose("export", overrides=[f"run_dir={run_dir}", f"out={out}", "onnx=true", "encoder=null"])  # encoder export: test_light_runtime
+        cfg = compose("export", overrides=[f"run_dir={run_dir}", f"out={out}", "fp32=true", "int8=false",
+                                           "encoder=null"])  # the default export: test_light_runtime
     res = main(cfg)
     assert res["onnx_max_abs_diff"] < 1e-3
-    assert OmegaConf.select(cfg, "int8") is False
+    assert OmegaConf.select(cfg, "int8") is False and "model_int8.onnx" not in res["files"]
     return out
 
 
@@ -195,7 +196,7 @@ def test_real_configs_compose_with_experiment_and_logger_groups(tmp_path):
 def test_runtime_valuer_loads_scorer_in_native_precision(scorer_dir):
     import torch
 
-    from damc.models import pick_dtype
+    from damc.llm import pick_dtype
     from damc.runtime.valuers import ScorerValuer
 
     auto = ScorerValuer.from_pretrained(str(scorer_dir))
@@ -295,10 +296,10 @@ def test_shallow_student_trains_exports_and_scores(tmp_path):
     assert meta["kept_layers"] == [0, 5] and meta["normalization"]["kind"] == "symlog"
     assert json.loads((run / "model" / "config.json").read_text())["num_hidden_layers"] == 2
     with initialize(config_path="../configs", version_base="1.3"):
-        cfg = compose("export", overrides=[f"run_dir={run}", f"out={tmp_path / 's'}"])
+        cfg = compose("export", overrides=[f"run_dir={run}", f"out={tmp_path / 's'}", "fp32=true", "encoder=null"])
     export(cfg)
-    s = CardScorer.from_pretrained(tmp_path / "s")
-    assert s.model.config.num_hidden_layers == 2 and s.metadata["kept_layers"] == [0, 5]
+    s = CardScorer.from_pretrained(tmp_path / "s", backend="torch")
+    assert s.model.config.num_hidden_layers == 2 and s.metadata.kept_layers == [0, 5]
     scores = s.score("user: refund order 88412", ["[user] order 88412 never arrived", "[assistant] hi"])
     assert scores.shape == (2,) and np.isfinite(scores).all()
     # to_delta inverts the symlog normalisation: monotone in the score

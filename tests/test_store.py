@@ -167,7 +167,7 @@ def test_index_persisted_and_reloaded(filled):
     idx.sync()
     assert idx.last_rebuild_reason == "missing" and path.exists()
     _, header = read_index_file(path)
-    assert header["stamp"]["count"] == 40 and header["model"] == "minilm-l6" and header["dim"] == 384
+    assert header["stamp"]["count"] == 40 and header["model"] == "minilm-l6-int8" and header["dim"] == 384
     again = CardIndex(store, "minilm-l6", path)
     assert again.sync() == 0 and again.last_rebuild_reason is None and again.ntotal == 40
     rowids, sims = again.search_text("get_order order_id 80007 shipped", 5)
@@ -223,7 +223,7 @@ def test_index_stale_catches_up_and_foreign_stamp_rebuilds(filled, tmp_path):
 
 def test_index_encoder_change_rebuilds_and_embeddings_are_cached(filled):
     store, path = filled
-    CardIndex(store, "minilm-l6", path).sync()
+    CardIndex(store, "minilm-l6", path, encoder_backend="torch").sync()  # vectors cached under "minilm-l6"
 
     class Counting:
         def __init__(self):

@@ -81,7 +81,7 @@ def test_sliding_window_cache_falls_back_to_full_rows(teacher32, monkeypatch, ca
 
     monkeypatch.setattr(type(teacher32), "_run_base", windowed_base)
     monkeypatch.setattr(teacher32, "_last", None)   # an earlier test's cache would be reused across calls
-    with caplog.at_level(logging.WARNING, logger="damc.teacher.backends"):
+    with caplog.at_level(logging.WARNING, logger="damc.llm"):
         got = LeaveOneOut(reuse_prefix=True).estimate(teacher32, dp, cards)
     assert np.max(np.abs(got.deltas - naive.deltas)) < 1e-3
     assert got.extra["naive_tokens"] == got.n_forward_tokens          # nothing was reused

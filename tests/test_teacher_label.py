@@ -67,8 +67,12 @@ def test_ablation_estimator_through_config(episodes_file, tmp_path):
 
 
 def test_loi_margin_estimator_through_config(episodes_file, tmp_path):
-    """`estimator=loi_margin` labels the same cards as `loi`, with the rivals' shift taken off each delta."""
-    opts = ["max_decisions=3", "data.tool_calls_only=true"]
+    """`estimator=loi_margin` labels the same cards as `loi`, with the rivals' shift taken off each delta.
+
+    The two estimators reach `logp_full` by two forward paths (a batched row on a cached prefix vs a reference row
+    run block by block), so the teacher is pinned to fp32 (`teacher.dtype`, see `damc.llm.dtype_name`): under
+    `dtype=auto` a box with bf16 units runs bf16, where those paths differ by up to 0.35 nats."""
+    opts = ["max_decisions=3", "data.tool_calls_only=true", "teacher.dtype=float32"]
     main(cfg_for(episodes_file, tmp_path / "loi", *opts))
     s = main(cfg_for(episodes_file, tmp_path / "margin", "estimator=loi_margin", *opts))
     loi, margin = load_labels(tmp_path / "loi").to_pandas(), load_labels(tmp_path / "margin").to_pandas()

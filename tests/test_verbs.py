@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from damc.runtime.schema import SCHEMA_VERSION
+
 from damc.runtime.memory import DecisionAwareMemory
 from damc.runtime.scope import Scope
 from damc.runtime.valuers import CachedValuer
@@ -196,7 +198,7 @@ def test_schema_2_store_opens_with_backfilled_history(tmp_path):
     c.commit()
     c.close()
     mem = open_memory(tmp_path / "mem")
-    assert mem.store.schema_version == 3
+    assert mem.store.schema_version == SCHEMA_VERSION
     h = mem.history(merged.card_id, user_id="alice")
     assert [e.event for e in h] == ["add", "merge"] and h[1].detail["backfilled"] is True
     assert h[1].detail["sources"] == merged.meta["merged_from"]

@@ -133,7 +133,12 @@ def build_splits(cfg: Any) -> dict[str, list[Episode]]:
     if source == "tau2":
         from damc.data.tau2 import Tau2Config, build_tau2_splits
 
-        splits = build_tau2_splits(Tau2Config(**dict(cfg.tau2)), seed=int(cfg.seed), fractions=fractions)
+        t2 = Tau2Config(**dict(cfg.tau2))
+        if t2.domain == "telecom":  # test-only, replayed by its own module (damc.data.tau2_telecom)
+            from damc.data.tau2_telecom import build_telecom_episodes
+
+            return {"train": [], "dev": [], "test": build_telecom_episodes(t2, seed=int(cfg.seed))}
+        splits = build_tau2_splits(t2, seed=int(cfg.seed), fractions=fractions)
         return {s: list(splits.get(s, [])) for s in SPLITS}
     raise ValueError(f"unknown source {source!r}; expected 'synthetic', 'bfcl' or 'tau2'")
 

@@ -441,12 +441,11 @@ def build_tau2_episodes(cfg: Tau2Config | None = None, dom: Tau2Domain | None = 
     Args:
         cfg: domain, limit, distractors, progress bar.
         dom: an already loaded domain (default: `load_domain(cfg.domain)`).
-        seed: telecom only (replayed by `damc.data.tau2_telecom`, the caller's device actions as user turns).
+        seed: unused here (telecom's seeded sample: `damc.data.tau2_telecom`).
     """
     cfg = cfg or Tau2Config()
-    if cfg.domain == "telecom":
-        from damc.data.tau2_telecom import build_telecom_episodes
-        return build_telecom_episodes(cfg, seed=seed, dom=dom)
+    if cfg.domain == "telecom":  # its own replay (user device actions as user turns), which builds on this module
+        raise ValueError("telecom is replayed by damc.data.tau2_telecom.build_telecom_episodes (make_data does this)")
     if cfg.sample is not None:
         raise ValueError(f"tau2.sample applies to telecom only (tau2.domain is {cfg.domain!r}); use tau2.limit")
     dom = dom or load_domain(cfg.domain)

@@ -63,11 +63,12 @@ logger = logging.getLogger(__name__)
 class DecisionLLM:
     """The decision LLM as the harness needs it: prompt token counts, action log-probs, greedy generation.
 
-    Wraps a teacher backend (`log_prob_many(context_messages, actions) -> [per-token logprobs]`), so the
-    harness scores actions exactly as the teacher labels them.
+    Wraps a scoring backend (`log_prob_many(context_messages, actions) -> [per-token logprobs]`): the one local
+    backend `damc.llm.LocalLLM` (`configs/llm/hf.yaml`), the teacher's forward too, so the harness scores actions
+    exactly as the teacher labels them — or a server client (`configs/llm/vllm.yaml`).
 
     Args:
-        backend: a teacher backend instance (`damc.teacher.backends.HFTeacher`, the vLLM one, ...).
+        backend: `damc.llm.LocalLLM`, `damc.teacher.backends.VLLMTeacher`, ... (anything with `log_prob_many`).
         tokenizer: the decision LLM's tokenizer (defaults to `backend.tokenizer`).
     """
 
@@ -92,18 +93,15 @@ class DecisionLLM:
         return [np.asarray(x, dtype=float) for x in self.backend.log_prob_many(list(messages), list(actions))]
 
     def generate(self, messages: Sequence[dict[str, str]], max_new_tokens: int = 96) -> str:
-        """Greedy generation (backends with `generate`, or an HF `model` attribute)."""
-        if hasattr(self.backend, "generate"):
-            return self.backend.generate(list(messages), max_new_tokens=max_new_tokens)
-        import torch
+        """Greedy generation (`exact_match=true`), by a backend with `generate` (`damc.llm.LocalLLM`).
 
-        model = self.backend.model
-        ids = self.tokenizer(format_prompt(self.tokenizer, messages), return_tensors="pt",
-                             add_special_tokens=False).to(model.device)
-        with torch.no_grad():
-            out = model.generate(**ids, max_new_tokens=max_new_tokens, do_sample=False,
-                                 pad_token_id=self.tokenizer.pad_token_id)
-        return self.tokenizer.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+        Raises:
+            NotImplementedError: the backend only scores (a log-prob server): set `exact_match=false`.
+        """
+        if not hasattr(self.backend, "generate"):
+            raise NotImplementedError(f"the decision LLM {self.name} ({type(self.backend).__name__}) scores but does "
+                                      f"not generate; exact_match=true needs a local model (llm=hf)")
+        return self.backend.generate(list(messages), max_new_tokens=max_new_tokens)
 
 
 class TokenizerOnly:
@@ -128,8 +126,8 @@ class TokenizerOnly:
 
 
 def load_decision_llm(llm_cfg: Any, score: bool = True) -> DecisionLLM:
-    """Instantiate the backend of `cfg.llm` (a teacher backend config with `_target_`); with `score=False` only
-    its tokenizer (`TokenizerOnly`)."""
+    """Instantiate the backend of `cfg.llm` (a config with `_target_`: `damc.llm.LocalLLM` or a server client);
+    with `score=False` only its tokenizer (`TokenizerOnly`)."""
     if not score:
         return DecisionLLM(TokenizerOnly(llm_cfg.get("tokenizer") or llm_cfg.get("model"),
                                          llm_cfg.get("max_context_tokens")))

@@ -302,7 +302,7 @@ class RRFPolicy(CardPolicy):
 
 class LLMJudgePolicy(CardPolicy):
     """Cards by the runtime's LLM judge (the seed's 0–10 rating prompt). When the judge model is the decision
-    LLM, its loaded weights are shared."""
+    LLM, the loaded `damc.llm.LocalLLM` is shared."""
 
     name = "llm_judge"
     needs_llm = True
@@ -311,9 +311,10 @@ class LLMJudgePolicy(CardPolicy):
         self.model, self.judge_kwargs = model, judge_kwargs
 
     def make_valuer(self, env, gold=None):
-        llm = env.llm
-        same = llm is not None and getattr(llm, "model_id", None) == self.model and hasattr(llm, "model")
-        return LLMJudgeValuer(model=(llm.model, llm.tokenizer) if same else self.model, **self.judge_kwargs)
+        from damc.llm import LocalLLM
+
+        same = isinstance(env.llm, LocalLLM) and env.llm.model_id == self.model
+        return LLMJudgeValuer(model=env.llm if same else self.model, **self.judge_kwargs)
 
 
 class GenerativeAgentsPolicy(CardPolicy):

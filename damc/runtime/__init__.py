@@ -11,5 +11,18 @@ encoder), `valuers` (how much a card matters), `knn` (the teacher's non-parametr
 
 Import rules (checked by tests/test_architecture.py): the runtime never imports the teacher, scorer
 training or the evaluation harness, and a runtime-only install (`pip install damc`) never imports torch.
-Nothing is imported eagerly here.
+Nothing is imported eagerly here; `ConversationMismatchError` (`damc.runtime.identity`) is imported on first use.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {"ConversationMismatchError": "damc.runtime.identity"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'damc.runtime' has no attribute {name!r}")

@@ -136,7 +136,8 @@ class LLMCompressor(Compressor):
     """The seed's decision-focused LLM compression, guarded by the card's required atoms.
 
     Args:
-        model: chat causal LM (registry name / HF id / path) used when `generate` is None.
+        model: chat causal LM (registry name / HF id / path) used when `generate` is None; it runs through
+            `damc.llm.LocalLLM` (greedy, left-padded batches).
         generate: alternatively, any `list[prompt text] -> list[completion]` function (an API, a fake).
         max_new_tokens: generation length.
         min_chars: cards whose template is shorter than this are not sent to the LLM.
@@ -154,8 +155,7 @@ class LLMCompressor(Compressor):
         self.max_new_tokens, self.min_chars, self.record_chars = max_new_tokens, min_chars, record_chars
         self.batch_size, self.dtype = batch_size, dtype
         self.template = template or TemplateCompressor()
-        self._model: Any = None
-        self._tok: Any = None
+        self._llm: Any = None   # damc.llm.LocalLLM, loaded on first use
         self.stats = {"accepted": 0, "rejected": 0, "skipped": 0}
 
     def prompt(self, card: Card) -> str:
@@ -164,31 +164,15 @@ class LLMCompressor(Compressor):
     def _generate(self, prompts: list[str]) -> list[str]:
         if self.generate_fn is not None:
             return list(self.generate_fn(prompts))
-        from damc.extras import requires
+        if self._llm is None:   # the one local backend, loaded once on the CPU
+            from damc.extras import requires
+            from damc.llm import LocalLLM
 
-        with requires("the LLM compressor's local model (pass generate_fn to use any other LLM)"):
-            import torch
+            with requires("the LLM compressor's local model (pass generate_fn to use any other LLM)"):
+                import torch  # noqa: F401
 
-        from damc.prompting import format_prompt
-
-        if self._model is None:
-            from damc.models import load_causal_lm
-
-            self._model, self._tok = load_causal_lm(self.model_spec, dtype=self.dtype, device="cpu")
-        tok, model = self._tok, self._model
-        outs: list[str] = []
-        for b in range(0, len(prompts), self.batch_size):
-            texts = [format_prompt(tok, [{"role": "user", "content": p}]) for p in prompts[b:b + self.batch_size]]
-            rows = [tok.encode(t, add_special_tokens=False) for t in texts]
-            width = max(len(r) for r in rows)
-            pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-            ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
-            attn = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
-            with torch.no_grad():
-                gen = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=self.max_new_tokens,
-                                     do_sample=False, pad_token_id=pad)
-            outs += [tok.decode(g[width:], skip_special_tokens=True) for g in gen]
-        return outs
+            self._llm = LocalLLM(self.model_spec, dtype=self.dtype, device="cpu", batch_size=self.batch_size)
+        return self._llm.generate_many([[{"role": "user", "content": p}] for p in prompts], self.max_new_tokens)
 
     @staticmethod
     def _clean(text: str, card_id: str) -> str:

@@ -14,7 +14,13 @@ class MemoryConfig:
     """Runtime settings (defaults follow the seed article).
 
     Attributes:
-        session_id: session the messages belong to (card ids are `{session_id}:{message index}...`).
+        session_id: session the messages belong to (card ids are `{session_id}:{message index}...`, the index
+            counted by the store). A message list that does not continue it is another conversation: see
+            `on_mismatch`.
+        on_mismatch: what a message list that does not continue its session gets: "new_session" (a session
+            derived from its first messages, `{session_id}~{hash}`, found again when the conversation is sent
+            again) or "error" (`ConversationMismatchError` naming the first differing message). A trimmed or
+            compacted history re-syncs either way (`damc.runtime.identity`).
         context_window: the decision LLM's context window (tokens).
         budget_fraction: share of the window left after system, tools and current turn given to memory.
         top_n: FAISS candidates by similarity to the decision query.
@@ -28,8 +34,9 @@ class MemoryConfig:
         stamp_time: give messages without a `timestamp` the ingest time (enables decay in hours).
         record: keep per-card value statistics (for `archive`) and the last context per session (for the CLI).
         encoder_backend: how the retrieval encoder runs: "onnx" (onnxruntime: the scorer's exported `encoder/`,
-            else the packaged int8 all-MiniLM-L6-v2), "torch" (sentence-transformers) or "auto" (onnx when the
-            scorer ships an encoder or torch is not installed — a light install —, torch otherwise).
+            else the packaged int8 all-MiniLM-L6-v2), "torch" (sentence-transformers: opt-in, needs the `[train]`
+            extra) or "auto" (onnx whenever the encoder has an ONNX form, in a light and a full install alike;
+            torch only for a model without one).
         user_id: default scope's user (Mem0 `user_id`); every card belongs to one scope.
         agent_id: default scope's agent (None: the user's memory without an agent; scopes match exactly).
         share_sessions: other sessions of the same scope are candidates too (off: a session sees its own cards).
@@ -42,6 +49,7 @@ class MemoryConfig:
     """
 
     session_id: str = "default"
+    on_mismatch: str = "new_session"   # "new_session" | "error": another conversation under this session id
     context_window: int = 8192
     budget_fraction: float = 0.65
     # retrieve: the candidate set (the teacher labels the same one: configs/memory/default.yaml)

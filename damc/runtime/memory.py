@@ -22,6 +22,9 @@ Mem0's verbs — `get_all`, `search`, `get`, `history`, `delete`, `delete_all`, 
 `damc.runtime.verbs.MemoryVerbs`; erasure leaves no text of the erased cards in any file of the store.
 Asyncio code awaits `abuild_context` / `aadd_messages` (`damc.runtime.aio`: a worker thread per call).
 
+Conversation identity (`damc.runtime.identity`, `.sessions`): messages that do not continue their session are another
+conversation (a derived session `{session_id}~{hash}`, or `ConversationMismatchError`); `Context.session_id` says which.
+
 Scopes (Mem0's convention): every card belongs to a `user_id` (default "default") and an optional `agent_id`;
 `session_id` is the conversation (Mem0's `run_id`). Set the memory's scope when opening it
 (`DecisionAwareMemory(path, user_id="alice")`) or per call (`build_context(..., user_id="bob")`). Retrieval,
@@ -46,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
-from damc.cards import Card, card_id as make_card_id, token_counter
+from damc.cards import Card, card_id as make_card_id
 from damc.prompting import PLACEMENTS, neutralize_line
 from damc.query import render_decision_query
 from damc.runtime import lifecycle
@@ -55,13 +58,17 @@ from damc.runtime.assemble import assemble, leading_instructions, prompt_tokens,
 from damc.runtime.compress import COMPRESSORS, Compressor
 from damc.runtime.context import Context, DroppedCard, SelectedCard
 from damc.runtime.config import MemoryConfig
+from damc.runtime.identity import ON_MISMATCH, ConversationMismatchError, DigestCache, TextMemo, clean_messages, \
+    history_tokens, message_digest
 from damc.runtime.index import CardIndex, IndexConfig
-from damc.runtime.ingest import ingest_batch
+from damc.runtime.ingest import check_call
+from damc.runtime.paths import STORE_SUFFIXES, created_by_opening, remove_created
 from damc.runtime.scope import Scope, tag_card
 from damc.runtime.select import Selector, Threshold, TopK, default_budget
+from damc.runtime.observe import ingest_messages, observe_session
 from damc.runtime.store import CardStore, StoreConfig, StoredCard
-from damc.runtime.valuers import CachedValuer, HeuristicValuer, ScorerValuer, Valuer, is_pinned
-from damc.runtime.verbs import MemoryVerbs, iso as _now_iso
+from damc.runtime.valuers import CachedValuer, HeuristicValuer, ScorerValuer, Valuer
+from damc.runtime.verbs import MemoryVerbs
 
 if TYPE_CHECKING:
     from damc.runtime.explain import Explanation
@@ -89,9 +96,7 @@ def default_selector(valuer: Valuer) -> Selector:
     """`Threshold(τ)` when the valuer is a scorer whose export chose a threshold on dev (`damc_scorer.json`
     "threshold", in the combiner's delta units), else `TopK(12)`."""
     inner = getattr(valuer, "inner", valuer)
-    meta = getattr(getattr(inner, "scorer", None), "metadata", None) or {}
-    tau = meta.get("threshold")   # exports before 2026-12-01 stored the combiner's whole threshold report
-    tau = tau.get("tau") if isinstance(tau, dict) else tau
+    tau = getattr(getattr(getattr(inner, "scorer", None), "metadata", None), "threshold", None)  # ScorerMetadata
     if getattr(inner, "combiner", None) is not None and tau is not None:
         return Threshold(float(tau))
     return TopK(12)
@@ -149,24 +154,39 @@ class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
         if compressor is None and self.config.compressor not in COMPRESSORS:
             raise ValueError(f"MemoryConfig.compressor must be one of {sorted(COMPRESSORS)}, "
                              f"got {self.config.compressor!r}")
-        db, faiss_path = self._paths(path)
-        self.path = Path(path) if path else None
-        self.store = CardStore(db, store_config)
-        scorer_dir = scorer if isinstance(scorer, (str, os.PathLike)) else getattr(scorer, "path", None)
-        self.index = CardIndex(self.store, encoder, faiss_path, index_config,
-                               encoder_backend=self.config.encoder_backend, scorer_dir=scorer_dir)
-        self.valuer = valuer if valuer is not None else default_valuer(scorer, self.config)
-        self.selector = selector or default_selector(self.valuer)
-        self.compressor = compressor or COMPRESSORS[self.config.compressor]()
+        if self.config.on_mismatch not in ON_MISMATCH:
+            raise ValueError(f"MemoryConfig.on_mismatch must be one of {ON_MISMATCH}, got {self.config.on_mismatch!r}")
         self._tokenizer_spec = tokenizer
         self._tokenizer: Any = None
+        self._memo = TextMemo()                    # big strings: cleaned and hashed once per object
+        self._message_tokens = DigestCache(16_384)   # message digest -> tokens it adds to a prompt
+        from damc.models import REGISTRY
+
+        if isinstance(tokenizer, str) and tokenizer not in REGISTRY:
+            self.tokenizer    # a path or hub id: a missing or corrupt file fails here, naming it
+        created = created_by_opening(path)
+        try:
+            db, faiss_path = self._paths(path)
+            self.path = Path(path) if path else None
+            self.store = CardStore(db, store_config)
+            scorer_dir = scorer if isinstance(scorer, (str, os.PathLike)) else getattr(scorer, "path", None)
+            self.index = CardIndex(self.store, encoder, faiss_path, index_config,
+                                   encoder_backend=self.config.encoder_backend, scorer_dir=scorer_dir)
+            self.valuer = valuer if valuer is not None else default_valuer(scorer, self.config)
+            self.selector = selector or default_selector(self.valuer)
+            self.compressor = compressor or COMPRESSORS[self.config.compressor]()
+        except BaseException:   # leave nothing behind: no half-made directory for the next attempt to trip on
+            if getattr(self, "store", None) is not None:
+                self.store.close()
+            remove_created(created)
+            raise
 
     @staticmethod
     def _paths(path: str | os.PathLike | None) -> tuple[str, str | None]:
         if path is None:
             return ":memory:", None
         p = Path(path)
-        if p.suffix in (".db", ".sqlite", ".sqlite3"):
+        if p.suffix in STORE_SUFFIXES:
             return str(p), str(p.with_suffix(".faiss"))
         p.mkdir(parents=True, exist_ok=True)
         return str(p / "cards.db"), str(p / "cards.faiss")
@@ -223,17 +243,10 @@ class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
             EpisodeFormatError: a malformed message (says which message, which field, what was expected);
                 nothing of the batch is written.
         """
-        msgs = list(messages)
-        sid = session_id or self.config.session_id
-        scope = self._scope(user_id, agent_id)
-        count = token_counter(self.tokenizer) if self.tokenizer is not None else None
-        stamp = _now_iso(time.time()) if self.config.stamp_time else None
+        msgs = clean_messages(list(messages), self._memo)
+        return ingest_messages(self, msgs, session_id or self.config.session_id, self._scope(user_id, agent_id),
+                               [message_digest(m, self._memo) for m in msgs])
 
-        def batch(state: dict[str, Any], get_card: Any) -> tuple[list[Card], list[bool], dict[str, Any], list[str]]:
-            return ingest_batch(msgs, sid, state, get_card, count=count, stamp=stamp, is_pinned=is_pinned,
-                                max_chars=self.config.max_card_chars)
-
-        return self.store.ingest(sid, batch, scope=scope)
 
     # ------------------------------------------------------------------ retrieval
 
@@ -287,17 +300,15 @@ class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
         (that turn and after stay out: `build_context` keeps them verbatim), and embed the new cards.
 
         `build_context` calls it itself; call it directly to ingest as messages arrive (then `build_context`
-        spends nothing on ingestion). Returns the number of messages recorded.
+        spends nothing on ingestion). Messages that do not continue the session are another conversation (see
+        the module docstring: a derived session, or `ConversationMismatchError`). Returns the number of messages
+        recorded.
         """
-        sid = session_id or self.config.session_id
-        scope = self._scope(user_id, agent_id)
-        msgs = list(messages)
-        u = split_conversation(msgs)[3]
-        seen = self.store.session_state(sid, scope)["n_messages"]
-        if seen < u:
-            self.add_messages(msgs[seen:u], sid, user_id=scope.user_id, agent_id=scope.agent_id)
-        self.index.sync()
-        return max(0, u - seen)
+        msgs = clean_messages(list(messages), self._memo)
+        return self._observe(msgs, session_id, self._scope(user_id, agent_id))[1]
+
+    def _observe(self, msgs: list[Any], session_id: str | None, scope: Scope) -> tuple[str, int, int]:
+        return observe_session(self, msgs, session_id, scope)
 
     def build_context(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None,
                       system: str | None = None, budget_tokens: int | None = None, *, session_id: str | None = None,
@@ -322,17 +333,20 @@ class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
                 compare valuers on one store); the same retrieval, packing and assembly run either way.
         """
         t_start = time.perf_counter()
+        msgs, tools = check_call(messages, tools)
+        msgs = clean_messages(msgs, self._memo)      # lone surrogates out before anything is written or tokenized
+        tools = clean_messages(tools, self._memo) if tools is not None else None
+        system = self._memo.clean(system) if isinstance(system, str) else system
         sid = session_id or self.config.session_id
         scope = self._scope(user_id, agent_id)
         now = time.time() if now is None else now
         valuer, selector = valuer or self.valuer, selector or self.selector
-        msgs = list(messages)
         _, history, turn, u = split_conversation(msgs)
         instructions = [{"role": "system", "content": system}] if system is not None else leading_instructions(msgs)
         timings: dict[str, float] = {}
 
         t = time.perf_counter()
-        self.observe(msgs, sid, user_id=scope.user_id, agent_id=scope.agent_id)
+        sid, _, u = self._observe(msgs, sid, scope)   # the session used, and where its current turn starts
         timings["ingest"] = (time.perf_counter() - t) * 1000
 
         t = time.perf_counter()
@@ -393,7 +407,7 @@ class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
         t = time.perf_counter()
         out_msgs = assemble(instructions, lines, turn, placement=cfg.placement)
         tokens_after = self._prompt_tokens(out_msgs, tools)
-        tokens_before = self._prompt_tokens([*instructions, *history, *turn], tools)
+        tokens_before = base_tokens + history_tokens(history, self._prompt_tokens, self._message_tokens, self._memo)
         timings["assemble"] = (time.perf_counter() - t) * 1000
 
         selected = [SelectedCard(cards[i].card_id, float(values[i]), float(sel.scores[i]), kept_tokens[j],
@@ -464,4 +478,4 @@ class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
 
 
 __all__ = ["DecisionAwareMemory", "MemoryConfig", "Context", "SelectedCard", "DroppedCard", "default_valuer",
-           "make_card_id"]
+           "make_card_id", "ConversationMismatchError"]

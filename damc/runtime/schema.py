@@ -11,6 +11,10 @@ Versions:
     3. an `events` table: what happened to a card after it was written (archived, merged, merged into another,
        restored to the hot tier), for `DecisionAwareMemory.history`; v2 stores get their past archives and
        merges back-filled from the cards' own rows (`archived_at`, `meta["merged_from"]`), marked `backfilled`.
+    4. conversation identity (`damc.runtime.identity`): `session_messages` holds each session's hash chain (one
+       row per ingested message: its digest and the chain value), `sessions.view` the caller's latest list as
+       store indices after a trimmed/compacted history re-synced (NULL: the stored order). v3 sessions have no
+       chain rows; their first later call adopts the caller's messages as the chain.
 """
 
 from __future__ import annotations
@@ -18,10 +22,17 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+from typing import Any, Iterator, Sequence
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3  # 1: no scopes; 2: every row carries (user_id, agent_id), card ids unique per scope; 3: events
+
+class StoreError(RuntimeError):
+    """The store file cannot be used (not SQLite, damaged, locked past the busy timeout, a newer schema); the
+    message names the file. Raised by `damc.runtime.store.CardStore` (also importable from there)."""
+
+SCHEMA_VERSION = 4  # 1: no scopes; 2: every row carries (user_id, agent_id), card ids unique per scope; 3: events;
+#                    4: per-session message hash chains (conversation identity)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
@@ -62,8 +73,19 @@ CREATE TABLE IF NOT EXISTS sessions (
     session_id TEXT NOT NULL,
     n_messages INTEGER NOT NULL DEFAULT 0,
     pending TEXT NOT NULL DEFAULT '{}',
+    view TEXT,
     PRIMARY KEY (user_id, agent_id, session_id)
 );
+CREATE TABLE IF NOT EXISTS session_messages (
+    user_id TEXT NOT NULL DEFAULT 'default',
+    agent_id TEXT NOT NULL DEFAULT '',
+    session_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    digest TEXT NOT NULL,
+    chain TEXT NOT NULL,
+    PRIMARY KEY (user_id, agent_id, session_id, idx)
+);
+CREATE INDEX IF NOT EXISTS session_messages_digest ON session_messages (user_id, agent_id, digest);
 CREATE TABLE IF NOT EXISTS contexts (
     user_id TEXT NOT NULL DEFAULT 'default',
     agent_id TEXT NOT NULL DEFAULT '',
@@ -153,4 +175,20 @@ def migrate_v2_to_v3(c: sqlite3.Connection) -> None:
     c.execute("UPDATE schema_version SET version = 3")
 
 
-MIGRATIONS = {1: migrate_v1_to_v2, 2: migrate_v2_to_v3}  # from version -> function bringing it to version + 1
+def migrate_v3_to_v4(c: sqlite3.Connection) -> None:
+    """Add the hash-chain table and `sessions.view` inside the caller's transaction (idempotent: a store migrated
+    through `create` already has them)."""
+    if "view" not in {row[1] for row in c.execute("PRAGMA table_info(sessions)")}:
+        c.execute("ALTER TABLE sessions ADD COLUMN view TEXT")
+    create(c)
+    c.execute("UPDATE schema_version SET version = 4")
+
+
+MIGRATIONS = {1: migrate_v1_to_v2, 2: migrate_v2_to_v3, 3: migrate_v3_to_v4}  # from version -> to version + 1
+
+
+def chunks(ids: Sequence[Any], n: int = 900) -> Iterator[list[Any]]:
+    """SQLite caps bound parameters: query long id lists 900 at a time (the store and its mixins share this)."""
+    ids = list(ids)
+    for i in range(0, len(ids), n):
+        yield ids[i:i + n]

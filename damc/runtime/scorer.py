@@ -1,27 +1,28 @@
 """`CardScorer`: the distilled cross-encoder that values memory cards for a decision, cheaply.
 
-A scorer directory (written by `scripts/export.py` or `CardScorer.save_pretrained`) is self-contained:
-`model.safetensors` + `config.json` (a Hugging Face sequence-classification encoder with one output),
-the tokenizer, optionally `model.onnx` / `model_int8.onnx` and `encoder/` (the retrieval encoder as int8
-ONNX, `damc.runtime.encoder`), and `damc_scorer.json` — the query
-rendering version it was trained with (checked on load), the label normalisation (scores are in
-normalised-delta units; `to_delta` maps them back to nats), `max_length`, teacher, base model and the
-fidelity metrics of the run.
+A scorer directory (written by `scripts/export.py` or `CardScorer.save_pretrained`) is self-contained. By
+default it holds only what the runtime reads: `model_int8.onnx` (the scorer as dynamic int8 ONNX), the tokenizer,
+`encoder/` (the retrieval encoder as int8 ONNX, `damc.runtime.encoder`), `combiner.json` when the run fitted one,
+and `damc_scorer.json` — a `ScorerMetadata`: the query rendering version it was trained with (checked on load), the
+label normalisation (scores are in normalised-delta units; `to_delta` maps them back to nats), `max_length`, the
+dev-chosen threshold, teacher, base model and the fidelity metrics of the run. `export.py fp32=true` adds the fp32
+copies — `model.safetensors` + `config.json` (a Hugging Face sequence-classification encoder with one output: the
+torch backend, bf16, GPUs) and `model.onnx`.
 
 Inference is built to run at every decision: pairs are tokenised once, sorted by length and cut into
 batches under a token budget (`max_batch_tokens`, padded tokens counted) so that one long card never
 pads a whole decision's batch to its length — on 2 CPU cores this alone halves a 50-card decision —
 then run under `torch.inference_mode` in fp32 or bf16, or through onnxruntime (fp32 or dynamic int8),
-with the thread count set explicitly. `backend="auto"` takes the int8 ONNX file when the directory has
-one (exported with `int8=true`), the fp32 ONNX file when torch is not installed, else torch in bf16 where the
-hardware runs it natively. The ONNX backend needs only onnxruntime and tokenizers (`damc.tokens.PairTokenizer`
+with the thread count set explicitly. `backend="auto"` (the default) takes the int8 ONNX file on the CPU when the
+directory has one (the default export), else torch when it is installed and the weights are there, else the fp32
+ONNX file. The ONNX backend needs only onnxruntime and tokenizers (`damc.tokens.PairTokenizer`
 reads the directory's `tokenizer.json`): a light install (`pip install damc`) scores without torch or
 transformers, and the render-version check runs the same on both backends.
 
 Example:
     >>> from damc import CardScorer
     >>> from damc.query import render_decision_query
-    >>> scorer = CardScorer.from_pretrained("artifacts/scorer", dtype="bfloat16")
+    >>> scorer = CardScorer.from_pretrained("artifacts/scorer")   # int8 ONNX: no torch needed
     >>> query = render_decision_query(messages[:k], tools)
     >>> scores = scorer.score(query, cards)            # np.ndarray, one score per card
     >>> scorer.rank(query, cards, top_k=5)[0]
@@ -31,12 +32,9 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import json
 import logging
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -44,81 +42,21 @@ import numpy as np
 
 from damc.query import query_body
 from damc.runtime.encoder import available_cpus, pad_batch, token_batches
+from damc.runtime.scorer_metadata import (FORMAT_VERSION, META_FILE, Normalization, ScorerFormatError,  # noqa: F401
+                                          ScorerMetadata)
 
 logger = logging.getLogger(__name__)
 
-META_FILE = "damc_scorer.json"
 ONNX_FILE = "model.onnx"
 ONNX_INT8_FILE = "model_int8.onnx"
-FORMAT_VERSION = 1
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
 # Padded tokens per forward pass. Measured on 2 AMX cores (50 cards of 20-183 tokens): 512-1024 is the
 # sweet spot for torch bf16 and onnx int8; one batch of all 50 pairs is 1.6-2.5x slower.
 DEFAULT_BATCH_TOKENS = 1024
 
 
-@dataclass
-class Normalization:
-    """How teacher deltas (nats) become training targets; stored in `damc_scorer.json`."""
-
-    kind: str = "zscore"   # zscore: z = clip((delta - mean) / std, ±clip); symlog: same on sign(δ)·log1p(|δ|)
-    mean: float = 0.0      # mean (transformed) delta over the train rows
-    std: float = 1.0       # standard deviation of (transformed) train deltas, floored at 1e-6
-    clip: float = 5.0      # |z| cap so one extreme label cannot dominate the pointwise term
-
-    def transform(self, deltas: Sequence[float]) -> np.ndarray:
-        d = np.asarray(deltas, dtype=np.float64)
-        if self.kind == "symlog":  # LOO deltas are heavy-tailed: a few cards move the action by 10-50 nats
-            return np.sign(d) * np.log1p(np.abs(d))
-        if self.kind != "zscore":
-            raise ValueError(f"unknown normalisation {self.kind!r}; expected 'zscore' or 'symlog'")
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Normalization":
-        """From `damc_scorer.json`'s `normalization` (missing keys take the defaults; older files lack `kind`)."""
-        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
-
-    def apply(self, deltas: Sequence[float]) -> np.ndarray:
-        z = (self.transform(deltas) - self.mean) / self.std
-        return np.clip(z, -self.clip, self.clip)
-
-    def invert(self, z: Sequence[float] | np.ndarray) -> np.ndarray:
-        """Normalised scores back to teacher deltas (nats)."""
-        y = np.asarray(z, dtype=np.float64) * self.std + self.mean
-        return np.sign(y) * np.expm1(np.abs(y)) if self.kind == "symlog" else y
-
-
-class ScorerFormatError(ValueError):
-    """A scorer directory that is missing files or metadata."""
-
-
 class IncompatibleScorerError(ValueError):
     """A scorer trained with a different query/card rendering than this version of DAMC uses."""
-
-
-def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
-    """Read and check `damc_scorer.json` of a scorer directory.
-
-    Raises:
-        ScorerFormatError: the directory or the metadata file is missing or unreadable.
-    """
-    path = Path(path)
-    if not path.is_dir():
-        raise ScorerFormatError(f"{path} is not a directory; expected a scorer directory written by "
-                                f"scripts/export.py (safetensors weights, tokenizer, {META_FILE})")
-    meta_path = path / META_FILE
-    if not meta_path.exists():
-        raise ScorerFormatError(f"{path} has no {META_FILE}: not a DAMC scorer directory. Export a training run "
-                                f"with `python scripts/export.py run_dir=RUN out={path}`")
-    try:
-        meta = json.loads(meta_path.read_text())
-    except json.JSONDecodeError as e:
-        raise ScorerFormatError(f"{meta_path} is not valid JSON ({e.msg})") from None
-    for key in ("render_version", "normalization", "max_length"):
-        if key not in meta:
-            raise ScorerFormatError(f"{meta_path} lacks the field {key!r}")
-    return meta
 
 
 class CardScorer:
@@ -130,7 +68,8 @@ class CardScorer:
     Args:
         model: a `transformers` sequence-classification model (torch backend) or None (onnx backend).
         tokenizer: its tokenizer (a HF tokenizer, or a `damc.tokens.PairTokenizer` for the torch-free onnx backend).
-        metadata: the contents of `damc_scorer.json`.
+        metadata: a `ScorerMetadata` (`damc_scorer.json`), or a dict of its fields (read by
+            `ScorerMetadata.from_dict`: `render_version`, `normalization`, `max_length` at least).
         session: an `onnxruntime.InferenceSession` (onnx backend).
         batch_size: pairs per forward pass.
         dtype: "float32" | "bfloat16" (torch backend).
@@ -142,27 +81,27 @@ class CardScorer:
         array([1.73], dtype=float32)
     """
 
-    def __init__(self, model: Any, tokenizer: Any, metadata: dict[str, Any], *, session: Any = None,
+    def __init__(self, model: Any, tokenizer: Any, metadata: ScorerMetadata | dict[str, Any], *, session: Any = None,
                  batch_size: int = 64, max_batch_tokens: int | None = DEFAULT_BATCH_TOKENS,
                  dtype: str = "float32", path: str | None = None) -> None:
         if max_batch_tokens is not None and max_batch_tokens < 1:
             raise ValueError(f"max_batch_tokens must be a positive token count or None, got {max_batch_tokens}")
         self.model = model
         self.tokenizer = tokenizer
-        self.metadata = dict(metadata)
+        self.metadata = metadata if isinstance(metadata, ScorerMetadata) else ScorerMetadata.from_dict(metadata)
         self.session = session
         self.batch_size = batch_size
         self.max_batch_tokens = max_batch_tokens
         self.dtype = dtype
         self.path = path
-        self.max_length = int(self.metadata.get("max_length", 256))
+        self.max_length = self.metadata.max_length
         self.combiner = _load_combiner(path)  # the learned combiner exported beside the weights, if any
         self._onnx_inputs = [i.name for i in session.get_inputs()] if session is not None else []
 
     # ------------------------------------------------------------------ loading / saving
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, *, dtype: str = "float32", backend: str = "torch",
+    def from_pretrained(cls, path: str | os.PathLike, *, dtype: str = "float32", backend: str = "auto",
                         device: str = "cpu", batch_size: int = 64, num_threads: int | None = None,
                         onnx_file: str | None = None, check_render_version: bool = True,
                         max_batch_tokens: int | None = DEFAULT_BATCH_TOKENS) -> "CardScorer":
@@ -172,13 +111,14 @@ class CardScorer:
             path: directory written by `scripts/export.py` or `save_pretrained`.
             dtype: "float32" | "bfloat16" | "auto" weights (torch backend; bf16 is fastest on AMX/AVX512-BF16
                 CPUs and bf16 GPUs, which "auto" picks).
-            backend: "torch" | "onnx" (onnxruntime on CPU; needs `model.onnx`, see `export.py onnx=true`) |
-                "auto" (`model_int8.onnx` when present and the device is the CPU; `model.onnx` when torch is not
-                installed; else torch).
+            backend: "auto" (default: `model_int8.onnx` when present and the device is the CPU — what
+                `scripts/export.py` writes by default —; else torch when it is installed and the directory has
+                the fp32 weights; else `model.onnx`) | "torch" (needs the `[train]` extra and the weights:
+                `export.py fp32=true`) | "onnx" (onnxruntime on CPU; `model.onnx`, or `onnx_file`).
             device: torch device ("cpu", "cuda", ...).
             batch_size: most pairs per forward pass.
             num_threads: intra-op threads (default: the cores this process may use).
-            onnx_file: which ONNX file to load (default "model.onnx"; "model_int8.onnx" for int8).
+            onnx_file: which ONNX file to load (backend "onnx": default "model.onnx"; "model_int8.onnx" for int8).
             max_batch_tokens: most padded tokens per forward pass (None: `batch_size` pairs whatever their length).
             check_render_version: refuse a scorer trained with another query/card rendering.
 
@@ -187,24 +127,24 @@ class CardScorer:
             IncompatibleScorerError: `render_version` differs from `damc.query.RENDER_VERSION`.
 
         Example:
-            >>> scorer = CardScorer.from_pretrained("artifacts/scorer", dtype="bfloat16")
-            >>> onnx_scorer = CardScorer.from_pretrained("artifacts/scorer", backend="onnx")
+            >>> scorer = CardScorer.from_pretrained("artifacts/scorer")        # int8 ONNX on the CPU
+            >>> gpu = CardScorer.from_pretrained("artifacts/scorer", backend="torch", device="cuda", dtype="auto")
         """
         from damc.query import RENDER_VERSION
 
         path = Path(path)
-        meta = read_metadata(path)
+        meta = ScorerMetadata.load(path)
         backend, onnx_file = _pick_backend(path, backend, device, onnx_file)
-        if check_render_version and str(meta["render_version"]) != str(RENDER_VERSION):
+        if check_render_version and meta.render_version != str(RENDER_VERSION):
             raise IncompatibleScorerError(
-                f"{path} was trained on query/card rendering version {meta['render_version']!r} but this DAMC "
+                f"{path} was trained on query/card rendering version {meta.render_version!r} but this DAMC "
                 f"renders version {RENDER_VERSION!r}; retrain (or re-export) the scorer on labels rendered by "
                 f"this version (labels of version ≥ 2 are carried over without the teacher by "
                 f"scripts/rerender_labels.py), or pass check_render_version=False to score anyway")
         from damc.query import CARD_RENDERS
 
-        if (meta.get("card_render") or "template") not in CARD_RENDERS:
-            raise IncompatibleScorerError(f"{path}: damc_scorer.json card_render {meta['card_render']!r} is not one "
+        if meta.card_render not in CARD_RENDERS:
+            raise IncompatibleScorerError(f"{path}: damc_scorer.json card_render {meta.card_render!r} is not one "
                                           f"of {list(CARD_RENDERS)} that this DAMC renders")
         kwargs = dict(batch_size=batch_size, max_batch_tokens=max_batch_tokens, path=str(path))
         if backend == "torch":
@@ -218,7 +158,7 @@ class CardScorer:
             if not onnx_path.exists():
                 raise ScorerFormatError(f"{onnx_path} is missing; export with "
                                         f"`python scripts/export.py run_dir=RUN out={path} onnx=true`")
-            tokenizer = PairTokenizer.from_dir(path, int(meta.get("max_length", 256)))
+            tokenizer = PairTokenizer.from_dir(path, meta.max_length)
             return cls(None, tokenizer, meta, session=onnx_session(onnx_path, num_threads),
                        dtype="int8" if "int8" in onnx_file else "float32", **kwargs)
         raise ValueError(f"unknown backend {backend!r}; expected 'torch', 'onnx' or 'auto'")
@@ -262,9 +202,7 @@ class CardScorer:
             from damc.runtime.combiner import COMBINER_FILE
 
             self.combiner.save(path / COMBINER_FILE)
-        meta = dict(self.metadata)
-        meta.setdefault("format_version", FORMAT_VERSION)
-        (path / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True))
+        self.metadata.save(path)
 
     # ------------------------------------------------------------------ scoring
 
@@ -336,7 +274,7 @@ class CardScorer:
             >>> scorer.score(query, cards).argmax()   # the most useful card
         """
         q = query_body(decision)
-        render = self.metadata.get("card_render") or "template"
+        render = self.metadata.card_render
         return self.predict([(q, card_text(c, render, decision)) for c in cards], batch_size=batch_size)
 
     def rank(self, decision: str, cards: Sequence[Any], top_k: int | None = None) -> list[dict[str, Any]]:
@@ -361,12 +299,12 @@ class CardScorer:
 
     def to_delta(self, scores: np.ndarray) -> np.ndarray:
         """Map scores (normalised units) back to the teacher's delta scale in nats."""
-        return Normalization.from_dict(self.metadata["normalization"]).invert(scores)
+        return self.metadata.to_delta(scores)
 
     def __repr__(self) -> str:
         backend = "onnx" if self.session is not None else "torch"
         return (f"CardScorer(path={self.path!r}, backend={backend}, dtype={self.dtype}, "
-                f"max_length={self.max_length}, render_version={self.metadata.get('render_version')!r})")
+                f"max_length={self.max_length}, render_version={self.metadata.render_version!r})")
 
 
 def _load_combiner(path: str | os.PathLike | None) -> Any:
@@ -396,16 +334,22 @@ def _inference_mode() -> Any:
 
 
 def _pick_backend(path: Path, backend: str, device: str, onnx_file: str | None) -> tuple[str, str]:
-    """`(backend, onnx_file)` for `backend="auto"`: the int8 ONNX file on the CPU when exported, the fp32 one when
-    torch is not installed (a light install), else torch."""
+    """`(backend, onnx_file)` for `backend="auto"`: the int8 ONNX file on the CPU when exported (the default export),
+    else torch when it is installed and the fp32 weights are there, else the fp32 ONNX file (a light install), else
+    the int8 file off the CPU (onnxruntime runs it on the CPU); torch when nothing fits (its error names the fix)."""
     import importlib.util
 
     if backend == "auto":
         on_cpu = str(device).startswith("cpu")
+        weights = (path / "config.json").exists() and importlib.util.find_spec("torch") is not None
         if on_cpu and onnx_file in (None, ONNX_INT8_FILE) and (path / ONNX_INT8_FILE).exists():
             backend, onnx_file = "onnx", ONNX_INT8_FILE
-        elif importlib.util.find_spec("torch") is None and (path / (onnx_file or ONNX_FILE)).exists():
+        elif weights:
+            backend = "torch"
+        elif (path / (onnx_file or ONNX_FILE)).exists():
             backend = "onnx"
+        elif onnx_file is None and (path / ONNX_INT8_FILE).exists():
+            backend, onnx_file = "onnx", ONNX_INT8_FILE
         else:
             backend = "torch"
     return backend, onnx_file or ONNX_FILE
@@ -415,14 +359,16 @@ def _load_torch(path: Path, dtype: str, device: str, num_threads: int | None) ->
     """`(model, HF tokenizer, dtype name)` of the torch backend."""
     from damc.extras import requires
 
-    with requires("the torch scorer backend (export with onnx=true to score without torch)"):
+    with requires("the torch scorer backend (backend='auto' scores with the exported ONNX file without torch)"):
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from damc.models import pick_dtype
+    from damc.llm import pick_dtype
 
     if not (path / "config.json").exists():
-        raise ScorerFormatError(f"{path} has no config.json / weights")
+        raise ScorerFormatError(f"{path} has no config.json / model.safetensors: the torch backend needs the fp32 "
+                                f"weights (`python scripts/export.py run_dir=RUN out={path} fp32=true`, or load the "
+                                f"run's model/ directory); backend='auto' scores with the exported ONNX file")
     threads = num_threads or available_cpus()
     if num_threads or torch.get_num_threads() > threads:
         torch.set_num_threads(threads)

@@ -45,17 +45,15 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from damc.cards import Card
-from damc.runtime import schema
+from damc.runtime import schema, sessions
+from damc.runtime.schema import chunks as _chunks
 from damc.runtime.scope import DEFAULT_SCOPE, Scope
 from damc.runtime.store_verbs import StoreVerbsMixin
 
 logger = logging.getLogger(__name__)
 
 SCHEMA_VERSION = schema.SCHEMA_VERSION
-
-
-class StoreError(RuntimeError):
-    """The store file cannot be used (e.g. written by a newer schema)."""
+StoreError = schema.StoreError   # the store file cannot be used (not SQLite, damaged, a newer schema)
 
 
 @dataclass
@@ -115,14 +113,7 @@ def _dumps(card: Card) -> str:
     return json.dumps(card.to_dict(), ensure_ascii=False, separators=(",", ":"))
 
 
-def _chunks(ids: Sequence[Any], n: int = 900) -> Iterator[list[Any]]:
-    """SQLite caps bound parameters: query long id lists 900 at a time."""
-    ids = list(ids)
-    for i in range(0, len(ids), n):
-        yield ids[i:i + n]
-
-
-class CardStore(StoreVerbsMixin):
+class CardStore(StoreVerbsMixin, sessions.SessionChains):
     """Cards in SQLite (WAL, one transaction per write batch, hot/cold tiers, one scope per row).
 
     Args:
@@ -143,15 +134,19 @@ class CardStore(StoreVerbsMixin):
         self._conn = sqlite3.connect(self.path, timeout=self.config.busy_timeout_ms / 1000,
                                      isolation_level=None, check_same_thread=False)
         c = self._conn
-        c.execute(f"PRAGMA busy_timeout={int(self.config.busy_timeout_ms)}")
-        if self.path != ":memory:":
-            mode = self._enable_wal(c)
-            if str(mode).lower() != "wal":
-                logger.warning("SQLite refused WAL mode (got %s) for %s", mode, self.path)
-        c.execute(f"PRAGMA synchronous={self.config.synchronous}")
-        c.execute("PRAGMA secure_delete=ON")  # freed pages and cells are zeroed: erased text leaves the file
-        with self.transaction():
-            self._open_schema(c)
+        try:
+            c.execute(f"PRAGMA busy_timeout={int(self.config.busy_timeout_ms)}")
+            if self.path != ":memory:":
+                mode = self._enable_wal(c)
+                if str(mode).lower() != "wal":
+                    logger.warning("SQLite refused WAL mode (got %s) for %s", mode, self.path)
+            c.execute(f"PRAGMA synchronous={self.config.synchronous}")
+            c.execute("PRAGMA secure_delete=ON")  # freed pages and cells are zeroed: erased text leaves the file
+            with self.transaction():
+                self._open_schema(c)
+        except sqlite3.DatabaseError as e:   # not SQLite, damaged, or locked past busy_timeout: name the file
+            c.close()
+            raise StoreError(f"{self.path} is not a usable DAMC card store ({e}); move it aside or use another path") from e
 
     def _enable_wal(self, c: sqlite3.Connection) -> str:
         """Switch the file to WAL, retrying while another process opens it at the same moment.

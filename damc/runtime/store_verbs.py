@@ -29,18 +29,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from damc.cards import Card
+from damc.runtime.schema import chunks as _chunks
 from damc.runtime.scope import DEFAULT_SCOPE, Scope
 
 if TYPE_CHECKING:
     from damc.runtime.store import StoredCard
 
 logger = logging.getLogger(__name__)
-
-
-def _chunks(ids: Sequence[Any]) -> Any:
-    from damc.runtime.store import _chunks as chunks   # store.py imports this module: resolve at call time
-
-    return chunks(ids)
 
 
 class StoreVerbsMixin:

@@ -1,15 +1,22 @@
 """Export a training run to a self-contained scorer directory: `main(cfg)` behind `scripts/export.py`.
 
-Writes `model.safetensors` + `config.json` (fp32), the tokenizer and `damc_scorer.json` (render
-version, label normalisation, max length, teacher, base model, dev metrics), and optionally
-`model.onnx` (legacy TorchScript exporter, dynamic batch and sequence axes; checked against PyTorch on
-a probe batch), `model_int8.onnx` (onnxruntime dynamic int8 quantisation of the linear layers) and
-`encoder/` (the retrieval encoder as int8 ONNX, checked against sentence-transformers by cosine), which
-together let a light install (`pip install damc`: onnxruntime + tokenizers) run the whole runtime.
+By default the directory holds only what inference reads — the light runtime (`pip install damc`: onnxruntime +
+tokenizers) runs all of it, and the training checkpoint stays in the run directory:
+
+* `model_int8.onnx` — the scorer as ONNX (legacy TorchScript exporter, dynamic batch and sequence axes; the fp32
+  graph is checked against PyTorch on a probe batch first), with onnxruntime's dynamic int8 quantisation of the
+  linear layers (`int8=true`, the default; `int8=false` ships the fp32 `model.onnx` instead);
+* the tokenizer files and `damc_scorer.json` (`damc.runtime.scorer.ScorerMetadata`: render version, label
+  normalisation, max length, dev-chosen threshold, teacher, base model, dev metrics), `combiner.json` when the run
+  fitted one;
+* `encoder/` — the retrieval encoder as weight-only int8 ONNX, checked against sentence-transformers by cosine.
+
+`fp32=true` adds the fp32 copies: `model.safetensors` + `config.json` (the torch backend: GPUs, bf16,
+`scripts/bench_scorer.py`) and `model.onnx`; `onnx=false` writes the torch weights only.
 
 Example:
-    $ python scripts/export.py run_dir=runs/scorer out=artifacts/scorer onnx=true
-    >>> CardScorer.from_pretrained("artifacts/scorer", backend="onnx").score(query, cards)
+    $ python scripts/export.py run_dir=runs/scorer out=artifacts/scorer
+    >>> CardScorer.from_pretrained("artifacts/scorer").score(query, cards)     # int8 ONNX, no torch
 """
 
 from __future__ import annotations
@@ -184,68 +191,64 @@ def export_encoder(spec: str, out: Path, opset: int = 17, min_cosine: float = 0.
     return {"encoder": str(out), "encoder_min_cosine": cosine}
 
 
-def build_metadata(run_dir: Path) -> dict[str, Any]:
-    """`damc_scorer.json` contents from a run's `train_meta.json` and `metrics.json`."""
-    from damc.runtime.scorer import FORMAT_VERSION
-
-    meta_path = run_dir / "train_meta.json"
-    if not meta_path.exists():
-        raise FileNotFoundError(f"{meta_path} is missing: {run_dir} is not a finished training run "
-                                f"(python scripts/train.py ... out_dir={run_dir})")
-    tm = json.loads(meta_path.read_text())
-    metrics = json.loads((run_dir / "metrics.json").read_text()) if (run_dir / "metrics.json").exists() else {}
-    keep = {k: metrics[k] for k in ("scorer", "cosine", "recency", "split", "n_decisions", "n_pairs") if k in metrics}
-    return {"format_version": FORMAT_VERSION, "render_version": tm["render_version"],
-            "card_render": tm.get("card_render") or "template",
-            "normalization": tm["normalization"], "max_length": tm["max_length"], "teacher": tm["teacher"],
-            "estimators": tm.get("estimators"), "base_model": tm["base_model"],
-            "kept_layers": tm.get("kept_layers"), "loss": tm.get("loss"), "threshold": tm.get("threshold"),
-            "labels": tm.get("labels"), "metrics": keep, "score_units": "normalised delta (to_delta -> nats)"}
-
-
 def main(cfg: Any) -> dict[str, Any]:
-    """Export `cfg.run_dir` to `cfg.out`; returns `{"out", "files", "onnx_max_abs_diff"?}`.
+    """Export `cfg.run_dir` to `cfg.out`; returns `{"out", "files", "onnx_max_abs_diff"?, "encoder"?, ...}`.
 
     Example:
-        >>> main(OmegaConf.create({"run_dir": "runs/t", "out": "artifacts/s", "onnx": True, "int8": False,
-        ...                        "opset": 17, "check_tolerance": 1e-3}))
+        >>> main(OmegaConf.create({"run_dir": "runs/t", "out": "artifacts/s", "onnx": True, "int8": True,
+        ...                        "fp32": False, "encoder": None, "opset": 17, "check_tolerance": 1e-3}))
     """
+    import shutil
+    import tempfile
+
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    import shutil
-
     from damc.runtime.combiner import COMBINER_FILE
-    from damc.runtime.scorer import ONNX_FILE, ONNX_INT8_FILE, CardScorer
+    from damc.runtime.scorer import META_FILE, ONNX_FILE, ONNX_INT8_FILE, CardScorer, ScorerMetadata
 
     run_dir, out = Path(cfg.run_dir), Path(cfg.out)
     if not (run_dir / "model" / "config.json").exists():
         raise FileNotFoundError(f"{run_dir}/model is missing: train first (scripts/train.py out_dir={run_dir})")
-    meta = build_metadata(run_dir)
+    onnx, int8, fp32 = bool(cfg.get("onnx", True)), bool(cfg.get("int8", True)), bool(cfg.get("fp32", False))
+    meta = ScorerMetadata.from_training_run(run_dir)
     model = AutoModelForSequenceClassification.from_pretrained(str(run_dir / "model")).float().eval()
     tokenizer = AutoTokenizer.from_pretrained(str(run_dir / "model"))
     scorer = CardScorer(model, tokenizer, meta)
-    scorer.save_pretrained(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if (out / META_FILE).exists():  # re-export into an old scorer directory: no stale weights left beside the new ones
+        for name in ("model.safetensors", "config.json", ONNX_FILE, ONNX_INT8_FILE, COMBINER_FILE):
+            (out / name).unlink(missing_ok=True)
+    tokenizer.save_pretrained(str(out))
+    meta.save(out)
+    if fp32 or not onnx:  # the torch backend's weights (the run directory keeps them either way)
+        model.save_pretrained(str(out), safe_serialization=True)
     if (run_dir / COMBINER_FILE).exists():  # the learned combiner travels with the scorer
         shutil.copy2(run_dir / COMBINER_FILE, out / COMBINER_FILE)
     result: dict[str, Any] = {"out": str(out)}
-    if cfg.get("onnx"):
-        export_onnx(model, tokenizer, out / ONNX_FILE, int(cfg.get("opset", 17)))
-        ref = scorer.predict(_PROBE)
-        got = CardScorer.from_pretrained(out, backend="onnx").predict(_PROBE)
-        diff = float(np.abs(ref - got).max())
-        result["onnx_max_abs_diff"] = diff
-        if diff > float(cfg.get("check_tolerance", 1e-3)):
-            raise RuntimeError(f"ONNX scores differ from PyTorch by {diff:.2e} on the probe batch")
-        if cfg.get("int8"):
-            quantize_int8(out / ONNX_FILE, out / ONNX_INT8_FILE)
-    elif cfg.get("int8"):
-        raise ValueError("int8=true needs onnx=true")
-    if cfg.get("onnx") and cfg.get("encoder"):  # the retrieval encoder beside the scorer: all of the runtime runs without torch
+    if onnx:
+        with tempfile.TemporaryDirectory() as tmp:
+            # the fp32 graph is checked against PyTorch, then quantised; it ships only with int8=false or fp32=true
+            work = out if (fp32 or not int8) else Path(tmp)
+            export_onnx(model, tokenizer, work / ONNX_FILE, int(cfg.get("opset", 17)))
+            if work != out:  # the check loads `work` as a scorer directory: metadata and tokenizer beside the graph
+                for f in out.iterdir():
+                    if f.is_file():
+                        shutil.copy2(f, work / f.name)
+            ref = scorer.predict(_PROBE)
+            got = CardScorer.from_pretrained(work, backend="onnx").predict(_PROBE)
+            diff = float(np.abs(ref - got).max())
+            result["onnx_max_abs_diff"] = diff
+            if diff > float(cfg.get("check_tolerance", 1e-3)):
+                raise RuntimeError(f"ONNX scores differ from PyTorch by {diff:.2e} on the probe batch")
+            if int8:
+                quantize_int8(work / ONNX_FILE, out / ONNX_INT8_FILE)
+    if onnx and cfg.get("encoder"):  # the retrieval encoder beside the scorer: all of the runtime runs without torch
         from damc.runtime.encoder import ENCODER_DIR
 
         result |= export_encoder(str(cfg.encoder), out / ENCODER_DIR, int(cfg.get("opset", 17)))
     result["files"] = sorted(p.name for p in out.iterdir())
-    logger.info("exported %s -> %s (%s)", run_dir, out, ", ".join(result["files"]))
+    result["size_mb"] = round(sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) / 1e6, 1)
+    logger.info("exported %s -> %s (%s; %.1f MB)", run_dir, out, ", ".join(result["files"]), result["size_mb"])
     return result
 
 

@@ -122,7 +122,8 @@ def scorer_fidelity(scorer: Any, labels: Any, episodes: Sequence[str] | None = N
     another teacher's labels of the same decisions, or labels of a domain the scorer never saw.
 
     Args:
-        scorer: a `CardScorer` or an exported scorer directory (loaded in fp32 with the torch backend).
+        scorer: a `CardScorer` or an exported scorer directory (fp32 torch when it has the weights, else the
+            runtime's int8 ONNX).
         labels: a label set (directory, parquet or JSONL) or a `datasets.Dataset` of label rows.
         episodes: only decisions of these episode ids (e.g. a run's `dev_episodes` from `train_meta.json`).
         max_decisions: the first N decisions (by decision id) after the episode filter.
@@ -138,7 +139,9 @@ def scorer_fidelity(scorer: Any, labels: Any, episodes: Sequence[str] | None = N
     if isinstance(scorer, (str, os.PathLike)):
         from damc.runtime.scorer import CardScorer
 
-        scorer = CardScorer.from_pretrained(scorer, dtype="float32", backend="torch")
+        # fp32 torch when the export has the weights (`export.py fp32=true`), else what the runtime loads (int8 ONNX)
+        backend = "torch" if os.path.exists(os.path.join(scorer, "config.json")) else "auto"
+        scorer = CardScorer.from_pretrained(scorer, dtype="float32", backend=backend)
     ds = load_labels(labels) if isinstance(labels, (str, os.PathLike)) else labels
     decisions = group_decisions(ds)
     if episodes is not None:

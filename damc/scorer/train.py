@@ -104,7 +104,7 @@ def _resolve_bf16(flag: Any) -> bool:
     if str(flag) == "auto":
         if torch.cuda.is_available():
             return torch.cuda.is_bf16_supported()
-        from damc.models import cpu_supports_bf16
+        from damc.llm import cpu_supports_bf16
 
         return cpu_supports_bf16()
     return str(flag).lower() in ("1", "true", "yes")

@@ -7,6 +7,7 @@ and user constraints). Both return values in [0, 1].
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -33,6 +34,19 @@ _CONSTRAINT_RE = re.compile("|".join(CONSTRAINT_PATTERNS), re.I)
 def is_constraint(text: str) -> bool:
     """True when a (user) message looks like it sets or changes a requirement."""
     return bool(_CONSTRAINT_RE.search(text or ""))
+
+
+@functools.lru_cache(maxsize=256)
+def _long_text_atoms(text: str) -> frozenset[str]:
+    return frozenset(a.lower() for a in critical_atoms(text))
+
+
+def card_atoms(text: str) -> frozenset[str] | set[str]:
+    """A card's lower-cased `critical_atoms`; a long text's are remembered (≤ 256 texts), so a 64 KiB tool result
+    is not scanned again on every later turn."""
+    if len(text or "") < 4096:
+        return {a.lower() for a in critical_atoms(text)}
+    return _long_text_atoms(text)
 
 
 def is_pinned(card: Card) -> bool:
@@ -92,7 +106,7 @@ class HeuristicValuer(Valuer):
                 v += w.constraint
             v += w.recency * math.exp(-rank[i] / w.recency_scale)
             if q_atoms:
-                shared = len(q_atoms & {a.lower() for a in critical_atoms(c.raw_text)})
+                shared = len(q_atoms & card_atoms(c.raw_text))
                 v += w.overlap * min(1.0, shared / w.overlap_sat)
             out[i] = min(1.0, v)
         return out

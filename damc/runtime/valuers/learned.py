@@ -116,7 +116,7 @@ class ScorerValuer(Valuer):
 
         if "device" not in scorer_kwargs:
             try:  # a GPU when torch sees one; a runtime-only install has no torch and scores on the CPU
-                from damc.models import pick_device
+                from damc.llm import pick_device
 
                 scorer_kwargs["device"] = pick_device()
             except ImportError:
