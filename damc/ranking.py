@@ -93,8 +93,9 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, clusters: Sequen
     """Mean difference `a − b` over paired observations with a (cluster) percentile-bootstrap interval.
 
     Returns:
-        `{"delta", "ci": [lo, hi], "n", "n_clusters", "p_le_0"}` — `p_le_0` is the bootstrap share of resamples
-        with delta ≤ 0 (a one-sided check that `a` beats `b`).
+        `{"delta", "ci": [lo, hi], "n", "n_clusters", "p_le_0", "se"}` — `p_le_0` is the bootstrap share of
+        resamples with delta ≤ 0 (a one-sided check that `a` beats `b`); `se` the bootstrap standard error of the
+        delta (absent with fewer than two clusters).
 
     Raises:
         ValueError: `a`, `b` (and `clusters`) differ in length.
@@ -118,7 +119,7 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, clusters: Sequen
         lo, hi, dist = _percentile_bootstrap((d,), lambda x, axis=-1: np.mean(x, axis=axis), n_boot=n_boot,
                                              alpha=alpha, seed=seed, paired=False)
     return {"delta": float(d.mean()), "ci": [lo, hi], "n": int(d.size), "n_clusters": n_clusters,
-            "p_le_0": float(np.mean(dist <= 0))}
+            "p_le_0": float(np.mean(dist <= 0)), "se": float(np.std(dist, ddof=1))}
 
 
 def summarize_values(values: Sequence[float], seed: int = 0, n_boot: int = 1000) -> dict[str, Any]:

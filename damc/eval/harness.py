@@ -13,7 +13,9 @@ budget) — each once per `render` mode (`template` | `fields` | `raw`, the same
 that record depends on (data file, decision filters, decision LLM, memory settings, the policy's options and
 the files of its scorer / labels): a rerun skips records whose fingerprint still matches and redoes the
 others, so a killed run resumes where it stopped and a changed setting never silently reuses old records.
-A policy or LLM call that raises is recorded as failed for that decision only.
+A policy or LLM call that raises is recorded as failed for that decision only. Besides accuracy, a scored record
+holds `gold_logprob_per_token` (the gold's mean log-prob per token under that prompt: the gold log-likelihood gain's
+input) and message policies' `truncated` (`full` cut at the decision LLM's window).
 
 `score=false` is the selection-only mode: the same prompts through the same runtime path, measured (kept cards,
 key hit and recall, candidate recall, confuser rate, prompt tokens, overhead) without the decision LLM — only its
@@ -340,7 +342,7 @@ def evaluate_unit(unit: Unit, d: Decision, view: DecisionView, env: PolicyEnv, l
                                                       "n_action_tokens", "normalised")})
         rec.update(failed=False, prompt_tokens=hit["prompt_tokens"], history_tokens=out.history_tokens,
                    overhead_ms=overhead, value_ms=first, llm_ms=hit["llm_ms"], exact_match=hit["em"],
-                   kept_card_ids=out.kept_card_ids, n_candidates=len(out.candidate_ids),
+                   kept_card_ids=out.kept_card_ids, n_candidates=len(out.candidate_ids), truncated=out.truncated,
                    key_in_candidates=[k for k in d.history_key_ids if k in set(out.candidate_ids)],
                    confuser=(any(holds_any(text.get(c, ""), confusers) for c in kept) if confusers else None),
                    **prompt_values(out.messages, d.history_values, d.turn_text, confusers),

@@ -96,14 +96,15 @@ def summarize_records(records: Sequence[dict[str, Any]], *, n_boot: int = 1000, 
     decisions whose distractors add no value are left out of it; measured on the kept cards' raw text) and
     `prompt_confuser_rate` (the same on the prompt's own text: what the compressed lines carry). Over the decisions
     whose gold uses a value that only the history holds: `value_recall` (share of those values in the prompt) and
-    `all_values` (all of them there).
+    `all_values` (all of them there). Message policies: `n_truncated` / `truncated_rate` (history messages dropped —
+    for `full`, the oldest, only when the whole history exceeds the decision LLM's window).
     """
     ok = [r for r in records if not r.get("failed")]
     scored = [r for r in ok if r.get("correct") is not None]   # selection-only records (score=false) carry none
     acc = [float(r["correct"]) for r in scored]
     eps = [r["episode_id"] for r in scored]
     glp = [r["gold_logprob"] for r in scored]
-    glpt = [r["gold_logprob_per_token"] for r in scored]
+    glpt = [r["gold_logprob_per_token"] for r in scored if r.get("gold_logprob_per_token") is not None]
     tok = [r["prompt_tokens"] for r in ok]
     out: dict[str, Any] = {
         "accuracy": float(np.mean(acc)) if acc else float("nan"),
@@ -111,6 +112,7 @@ def summarize_records(records: Sequence[dict[str, Any]], *, n_boot: int = 1000, 
         "gold_logprob": float(np.median(glp)) if glp else float("nan"),
         "gold_logprob_ci": list(bootstrap_ci(glp, np.median, n_boot=n_boot, seed=seed)),
         "gold_logprob_per_token": float(np.median(glpt)) if glpt else float("nan"),
+        "gold_logprob_per_token_mean": float(np.mean(glpt)) if glpt else float("nan"),
         "prompt_tokens": float(np.median(tok)) if tok else float("nan"),
         "prompt_tokens_ci": list(bootstrap_ci(tok, np.median, n_boot=n_boot, seed=seed)),
         "prompt_tokens_mean": float(np.mean(tok)) if tok else float("nan"),
@@ -137,6 +139,10 @@ def summarize_records(records: Sequence[dict[str, Any]], *, n_boot: int = 1000, 
         acc_key = [float(r["correct"]) for r in keyed if r.get("correct") is not None]
         out["accuracy_key_decisions"] = float(np.mean(acc_key)) if acc_key else float("nan")
         out["n_key_decisions"] = len(keyed)
+    trunc = [bool(r["truncated"]) for r in ok if r.get("truncated") is not None]
+    if trunc:  # message policies: history dropped (`full`: only beyond the decision LLM's window)
+        out["n_truncated"] = int(sum(trunc))
+        out["truncated_rate"] = float(np.mean(trunc))
     vr = [r["value_recall"] for r in ok if r.get("value_recall") is not None]
     if vr:  # decisions whose gold uses a value only the history holds
         out["value_recall"] = float(np.mean(vr))

@@ -20,6 +20,7 @@ and `damc_teacher` receive the gold, through an explicit `GoldView` argument (`n
 | `recency` | card | newest first | no |
 | `similarity` | card | embedding cosine (the memory's own encoder and cached embeddings) | no |
 | `bm25` | card | Okapi BM25 of the decision query over the candidates (equal to bm25s) | no |
+| `rrf` | card | BM25 + cosine by reciprocal-rank fusion: the `damc` cascade's first stage, no student | no |
 | `llm_judge` | card | the seed's 0–10 rating prompt with a chat model | no |
 | `generative_agents` | card | recency + importance + relevance (Park et al. 2023) | no |
 | `damc_knn` | card | the teacher's non-parametric value over labelled decisions (`labels=`) | no |
@@ -58,7 +59,7 @@ from damc.runtime.select import Selector, Threshold, TopK
 from damc.eval.policy_base import (MESSAGE_OVERHEAD_TOKENS, RENDERS, DecisionView, GoldView, Policy, PolicyEnv,
                                    PolicyOutput, Setting)
 from damc.runtime.valuers import (BM25Valuer, GenerativeAgentsValuer, KNNValuer, LLMJudgeValuer, RecencyValuer,
-                                  SimilarityValuer, Valuer)
+                                  RRFValuer, SimilarityValuer, Valuer)
 
 def _message_tokens(m: dict[str, Any], env: PolicyEnv) -> int:
     return env.count_tokens(message_to_chat(m)["content"]) + MESSAGE_OVERHEAD_TOKENS
@@ -117,7 +118,7 @@ class MessagePolicy(Policy):
         kept_ids = [c.card_id for c in cards if c.position in in_window or c.result_index in in_window]
         ms = (time.perf_counter() - t0) * 1000.0
         return PolicyOutput(out, kept_ids, [c.card_id for c in cards], sum(_message_tokens(m, env) for m in kept),
-                            {"total": ms})
+                            {"total": ms}, truncated=len(idx) < len(history))
 
 
 class FullPolicy(MessagePolicy):
@@ -288,6 +289,17 @@ class BM25Policy(CardPolicy):
         return BM25Valuer(self.k1, self.b)
 
 
+class RRFPolicy(CardPolicy):
+    """Cards by reciprocal-rank fusion of BM25 and cosine (`RRFValuer`): the order in which the `damc` cascade
+    picks the candidates its student reads (`ScorerValuer(max_scored=M)`) — the unlearned baseline every learned
+    policy is judged against."""
+
+    name = "rrf"
+
+    def make_valuer(self, env, gold=None):
+        return RRFValuer()
+
+
 class LLMJudgePolicy(CardPolicy):
     """Cards by the runtime's LLM judge (the seed's 0–10 rating prompt). When the judge model is the decision
     LLM, the loaded `damc.llm.LocalLLM` is shared."""
@@ -410,7 +422,7 @@ class OraclePolicy(CardPolicy):
 
 POLICIES: dict[str, type[Policy]] = {p.name: p for p in (
     FullPolicy, WindowPolicy, ObservationMaskPolicy, DAMCPolicy, HeuristicPolicy, RecencyPolicy, SimilarityPolicy,
-    BM25Policy, LLMJudgePolicy, GenerativeAgentsPolicy, DAMCKNNPolicy, DAMCTeacherPolicy, OraclePolicy)}
+    BM25Policy, RRFPolicy, LLMJudgePolicy, GenerativeAgentsPolicy, DAMCKNNPolicy, DAMCTeacherPolicy, OraclePolicy)}
 
 
 def make_policy(name: str, **kwargs: Any) -> Policy:

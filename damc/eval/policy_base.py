@@ -123,6 +123,8 @@ class PolicyOutput:
         history_tokens: tokens of the history part (memory lines or kept messages).
         timings_ms: per-stage wall time (card policies: the runtime's `Context.timings_ms`).
         values: the valuer's value per kept card.
+        truncated: message policies: whether history messages were dropped (`full`: the oldest, only when the
+            whole history would not fit the decision LLM's window); None for card policies.
     """
 
     messages: list[dict[str, str]]
@@ -131,6 +133,7 @@ class PolicyOutput:
     history_tokens: int
     timings_ms: dict[str, float] = field(default_factory=dict)
     values: dict[str, float] = field(default_factory=dict)
+    truncated: bool | None = None
 
 
 class Policy(ABC):

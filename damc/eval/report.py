@@ -2,7 +2,10 @@
 study's targets, checked.
 
 `results.json` (written by the harness, `damc.eval.results`) holds one entry per `policy@setting`; this module
-renders the compact table the README shows (accuracy, paired Δ vs `window` with its 95 % interval, median
+leads each test set with its headline table (`window`, `full`, `similarity`, `bm25`, `rrf`, `heuristic`, `damc`,
+`oracle` at their operating points × accuracy, gold log-likelihood gain vs `window` and `full`, where memory
+matters, prompt tokens and the memory metrics, then the smallest difference the set can detect), renders the
+compact table the README shows (accuracy, paired Δ vs `window` with its 95 % interval, median
 prompt tokens, one column per budget), names the Pareto front, shows each policy at the operating point chosen
 on a dev split, and checks the study's targets for one policy (by default `damc`) at each budget and at its
 operating point:
@@ -26,7 +29,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from damc.eval.results import plain_setting_of, setting_order
+from damc.eval.results import plain_setting_of, sensitivity_line, setting_order
 
 #: the study's targets (issue "labels", A/B through the runtime); change them here, not in the checks.
 TARGETS = {"gain_vs_window": 0.15, "token_ratio_vs_window": 1.0, "gap_to_oracle": 0.05, "key_hit": 0.90,
@@ -175,24 +178,54 @@ def targets_table(results: dict[str, Any], policy: str = "damc", operating: str 
     return "\n".join(rows) + "\n"
 
 
-def operating_table(results: dict[str, Any], operating: dict[str, str]) -> str:
-    """Markdown: each policy at the operating point chosen on dev (`damc.eval.results.operating_points`)."""
+#: the headline table's rows, in this order (other policies follow in the results' order)
+HEADLINE = ("window", "full", "similarity", "bm25", "rrf", "heuristic", "damc", "oracle")
+
+
+def default_points(results: dict[str, Any]) -> dict[str, str]:
+    """`{policy: setting}` without operating points: each policy at the largest plain budget it was run at."""
+    out: dict[str, str] = {}
+    for name in _policies(results):
+        plain = [s for s in _plain_settings(results) if f"{name}@{s}" in results["policies"]]
+        if plain:
+            out[name] = plain[-1]
+    return out
+
+
+def operating_table(results: dict[str, Any], operating: dict[str, str], chosen_on_dev: bool = True) -> str:
+    """Markdown, the headline of a test set: each policy (`HEADLINE` order first) at its operating point (chosen on
+    dev, `damc.eval.results.operating_points`; or `default_points`) — accuracy with its paired Δ vs `window`, the
+    gold log-likelihood gain vs `window` and vs `full`, where memory matters, prompt tokens and the memory metrics;
+    under it the smallest paired accuracy difference the set can detect."""
     n_key = max((e.get("n_key_decisions", 0) for e in results["policies"].values()), default=0)
-    rows = ["| policy | setting (chosen on dev) | accuracy (Δ vs window [95 % CI]) | where memory matters "
+    rows = [f"| policy | setting{' (chosen on dev)' if chosen_on_dev else ''} | accuracy (Δ vs window [95 % CI]) "
+            "| gold LL gain vs window | gold LL gain vs full | where memory matters "
             f"({n_key} decisions): accuracy (Δ) | prompt tokens | key hit | candidate recall | confuser rate "
-            "| all values | prompt confuser |", "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
-    for name, setting in operating.items():
+            "| all values | prompt confuser |", "|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    names = [n for n in HEADLINE if n in operating] + [n for n in operating if n not in HEADLINE]
+    for name in names:
+        setting = operating[name]
         e = results["policies"].get(f"{name}@{setting}")
         if e is None:
             continue
         p = results["paired"].get(f"{name}@{setting}") or {}
+        pf = (results.get("paired_full") or {}).get(f"{name}@{setting}") or {}
         key = f"{e['accuracy_key_decisions']:.2f}{_delta(p.get('key_decisions'))}" if _ok(
             e.get("accuracy_key_decisions")) else "–"
-        cells = [f"{e['accuracy']:.2f}{_delta(p)}", key, f"{e['prompt_tokens']:.0f}"] + [
+        gain_w = "(baseline)" if name == "window" else _gain(p.get("ll_gain"))
+        gain_f = "(baseline)" if name == "full" else _gain(pf.get("ll_gain"))
+        cells = [f"{e['accuracy']:.2f}{_delta(p)}", gain_w, gain_f, key, f"{e['prompt_tokens']:.0f}"] + [
             f"{e[k]:.2f}" if _ok(e.get(k)) else "–"
             for k in ("key_hit", "candidate_recall", "confuser_rate", "all_values", "prompt_confuser_rate")]
         rows.append(f"| {name} | {setting} | " + " | ".join(cells) + " |")
-    return "\n".join(rows) + "\n"
+    return "\n".join(rows) + "\n\n" + sensitivity_line(results)
+
+
+def _gain(g: dict[str, Any] | None) -> str:
+    """`+0.031 [+0.004, +0.060]` (nats per token, mean and 95 % cluster-bootstrap CI), or "–" when not scored."""
+    if not g or not g.get("n") or not _ok(g.get("mean")):
+        return "–"
+    return f"{g['mean']:+.3f} [{g['ci'][0]:+.3f}, {g['ci'][1]:+.3f}]"
 
 
 def _delta(p: dict[str, Any] | None) -> str:
@@ -212,19 +245,32 @@ def describe(results: dict[str, Any]) -> str:
             f"scorer `{cfg.get('scorer')}` · {hw.get('cpu_count')} CPUs ({dev})")
 
 
+#: what the gold log-likelihood gain is, and when it is not an independent reading (printed above the tables)
+LL_NOTE = ("Gold LL gain: the paired difference of the gold action's mean log-probability per token (nats) under "
+           "the policy's prompt and under `window`'s / `full`'s, on the same decisions (mean [95 % CI, episodes "
+           "resampled]); it comes from the same forward pass that scores accuracy. When the teacher that labelled "
+           "the student's training data is the decision model itself, this gain is not independent of the labels "
+           "(the student learned to raise exactly this likelihood): the second decision model's tables are the "
+           "independent reading.\n")
+
+
 def report(named: dict[str, dict[str, Any]], policy: str = "damc",
            operating: dict[str, dict[str, str]] | None = None) -> str:
-    """The Markdown section for several result sets (`{title: results}`): description, table, Pareto front,
-    operating points (`{title: {policy: setting}}`, chosen on dev) and the targets checked."""
+    """The Markdown section for several result sets (`{title: results}`): per set its description, the headline
+    table (`operating_table`: each policy at its operating point — `{title: {policy: setting}}`, chosen on dev —
+    or its largest budget, with the gold LL gain and the set's detectable difference), the policy × budget table,
+    the Pareto front and the targets checked; then `LL_NOTE` (what the gain is, and when it is not independent)."""
     parts = []
     for title, res in named.items():
         ops = (operating or {}).get(title) or {}
         front = ", ".join(f"`{k}`" for k in res.get("pareto") or []) or "–"
-        parts += [f"### {title}\n", describe(res) + "\n",
+        head = ("Each policy at its operating point (chosen on the dev split):\n" if ops else
+                "Each policy at its largest budget:\n")
+        parts += [f"### {title}\n", describe(res) + "\n", head,
+                  operating_table(res, ops or default_points(res), chosen_on_dev=bool(ops)),
                   "Each cell: accuracy (paired Δ vs `window` at that budget [95 % CI, episodes resampled]) · "
                   "median prompt tokens.\n", compact_table(res, bold=policy),
                   f"Pareto front (accuracy vs prompt tokens, references excluded): {front}\n"]
-        if ops:
-            parts += ["Operating points (chosen on the dev split):\n", operating_table(res, ops)]
         parts += ["Targets:\n", targets_table(res, policy, ops.get(policy))]
+    parts.append(LL_NOTE)
     return "\n".join(parts)

@@ -10,7 +10,20 @@
 * `paired["name@setting"]` — accuracy Δ against `window` at the same budget on the decisions both succeeded
   on (cluster bootstrap), the median per-decision prompt-token ratio, and `key_decisions`: the same Δ on the
   decisions where memory matters (a key card before the current user turn);
+* `paired[...]["ll_gain"]` and `paired_full["name@setting"]` — the **gold log-likelihood gain**: the paired
+  difference of the gold action's mean per-token log-prob (`gold_logprob_per_token`, nats per token, from the same
+  forward pass that scores accuracy) against `window` at the same budget and against `full`, on the decisions both
+  scored: mean with a cluster-bootstrap 95 % interval (episodes resampled) and the median. Records written before the
+  field existed simply leave it out ("–");
+* `sensitivity` — the smallest paired accuracy difference the set can detect (`mde`, see `sensitivity`);
 * `pareto` — the points no other point beats on both accuracy and median prompt tokens.
+
+**Minimum detectable difference.** For a two-sided test at α = 0.05 with 80 % power, a paired difference is
+detectable when it is at least `(z_0.975 + z_0.8) × SE ≈ 2.80 × SE`, where SE is the standard error of the paired
+accuracy difference. SE is taken from the cluster bootstrap itself (the standard deviation of the resampled paired
+Δ, episodes resampled, so the clustering of decisions in episodes is in it): per set, the median of that SE over
+every plain-budget comparison against `window` in the table. It is a property of the set (n, episodes, how often
+policies disagree), printed under every results table so a reader knows what the set can and cannot see.
 
 A budget-free policy (`full`, setting `none`) is reported at every budget. `operating_points(dev_results)`
 chooses each policy's setting on a dev split (best accuracy at ≤ window's tokens).
@@ -33,6 +46,8 @@ from damc.eval.metrics import history_keys, summarize_records
 from damc.ranking import paired_bootstrap
 
 BASELINE = "window"
+FULL = "full"        # the second reference of the log-likelihood gain
+Z_POWER = 1.959963984540054 + 0.8416212335729143   # z_{0.975} + z_{0.80}: α = 0.05 two-sided, 80 % power
 NO_BUDGET = "none"   # the setting of budget-free policies
 REFERENCES = ("oracle", "damc_teacher")
 
@@ -60,7 +75,8 @@ def aggregate(records: Iterable[dict[str, Any]], decision_ids: Sequence[str], po
         if r["decision_id"] in wanted and r["policy"] in names:
             by.setdefault((r["policy"], str(r["setting"])), {})[r["decision_id"]] = r
     budgets = sorted({budget_of(s) for (_, s) in by if s != NO_BUDGET}, key=int)
-    res: dict[str, Any] = {"policies": {}, "paired": {}, "config": config}
+    res: dict[str, Any] = {"policies": {}, "paired": {}, "paired_full": {}, "config": config}
+    full = by.get((FULL, NO_BUDGET))
     for name in dict.fromkeys(policies):
         settings = sorted({s for (n, s) in by if n == name}, key=setting_order)
         if settings == [NO_BUDGET]:
@@ -71,12 +87,45 @@ def aggregate(records: Iterable[dict[str, Any]], decision_ids: Sequence[str], po
             entry = summarize_records(list(recs.values()), n_boot=n_boot, seed=seed)
             entry.update(policy=name, setting=s, budget=int(budget_of(s)))
             res["policies"][key] = entry
+            if full and name != FULL:
+                res["paired_full"][key] = {"vs": f"{FULL}@{NO_BUDGET}",
+                                           "ll_gain": ll_gain(recs, full, decision_ids, n_boot, seed)}
             base = by.get((BASELINE, budget_of(s)))
             if (name == BASELINE and s == budget_of(s)) or not base:
                 continue
             res["paired"][key] = paired(recs, base, decision_ids, f"{BASELINE}@{budget_of(s)}", n_boot, seed)
+    res["sensitivity"] = sensitivity(res)
     res["pareto"] = pareto_front(res)
     return res
+
+
+def ll_gain(recs: dict[str, dict[str, Any]], base: dict[str, dict[str, Any]], decision_ids: Sequence[str],
+            n_boot: int, seed: int) -> dict[str, Any]:
+    """The gold log-likelihood gain of `recs` over `base`: paired difference of `gold_logprob_per_token` (nats per
+    token) on the decisions both scored — mean with a cluster-bootstrap 95 % interval, median, n. Decisions whose
+    record lacks the field (older runs, `score=false`) are left out; none left: NaN figures and `n` 0."""
+    common = [i for i in decision_ids if i in recs and i in base and not recs[i].get("failed")
+              and not base[i].get("failed") and recs[i].get("gold_logprob_per_token") is not None
+              and base[i].get("gold_logprob_per_token") is not None]
+    a = [float(recs[i]["gold_logprob_per_token"]) for i in common]
+    b = [float(base[i]["gold_logprob_per_token"]) for i in common]
+    pb = paired_bootstrap(a, b, clusters=[recs[i]["episode_id"] for i in common], n_boot=n_boot, seed=seed)
+    return {"mean": pb["delta"], "ci": pb["ci"], "median": float(np.median(np.subtract(a, b))) if common
+            else float("nan"), "n": pb["n"], "n_episodes": pb["n_clusters"]}
+
+
+def sensitivity(results: dict[str, Any]) -> dict[str, Any]:
+    """The smallest paired accuracy difference the set can detect at 80 % power (α = 0.05, two-sided):
+    `Z_POWER` × the median bootstrap SE of the paired accuracy Δ over the plain-budget comparisons against `window`
+    (see the module docstring). NaN when no comparison was scored (selection-only runs)."""
+    ps = [p for k, p in results["paired"].items() if p.get("n") and p.get("se") is not None
+          and np.isfinite(p["se"]) and plain_setting_of(k.split("@", 1)[1]) == k.split("@", 1)[1]]
+    if not ps:
+        return {"mde": float("nan"), "se": float("nan"), "n": 0, "n_episodes": 0, "n_comparisons": 0}
+    se = float(np.median([p["se"] for p in ps]))
+    return {"mde": Z_POWER * se, "se": se, "n": int(max(p["n"] for p in ps)),
+            "n_episodes": int(max(p["n_episodes"] for p in ps)), "n_comparisons": len(ps),
+            "method": "(z_0.975 + z_0.8) x median cluster-bootstrap SE of the paired accuracy delta vs window"}
 
 
 def setting_order(s: str) -> tuple:
@@ -95,7 +144,8 @@ def paired(recs: dict[str, dict[str, Any]], base: dict[str, dict[str, Any]], dec
                           clusters=[recs[i]["episode_id"] for i in common], n_boot=n_boot, seed=seed)
     tok = [recs[i]["prompt_tokens"] / max(base[i]["prompt_tokens"], 1) for i in common]
     out = {"vs": vs, "accuracy_delta": pb["delta"], "ci": pb["ci"], "n": pb["n"], "n_episodes": pb["n_clusters"],
-           "p_le_0": pb["p_le_0"], "prompt_token_ratio": float(np.median(tok)) if tok else float("nan")}
+           "p_le_0": pb["p_le_0"], "se": pb.get("se"), "prompt_token_ratio": float(np.median(tok)) if tok else float("nan"),
+           "ll_gain": ll_gain(recs, base, decision_ids, n_boot, seed)}
     keyed = [i for i in common if history_keys(recs[i])]
     if keyed:  # where memory matters: a key card before the current user turn
         pk = paired_bootstrap([float(recs[i]["correct"]) for i in keyed], [float(base[i]["correct"]) for i in keyed],
@@ -145,10 +195,11 @@ def _f(x: Any, nd: int = 3) -> str:
 
 def results_table(results: dict[str, Any]) -> str:
     """The results as a Markdown table (one row per policy@setting, grouped by budget)."""
-    rows = ["| policy | setting | accuracy [95% CI] | Δacc vs window [95% CI] | tokens vs window | prompt tokens (median) "
+    rows = ["| policy | setting | accuracy [95% CI] | Δacc vs window [95% CI] | gold LL gain vs window [95% CI] "
+            "| gold LL gain vs full [95% CI] | tokens vs window | prompt tokens (median) "
             "| key hit | key recall | candidate recall | confuser rate | value recall | all values | prompt confuser "
-            "| overhead ms p50 | LLM ms p50 | n | failed |",
-            "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "| truncated | overhead ms p50 | LLM ms p50 | n | failed |",
+            "|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     entries = sorted(results["policies"].items(), key=lambda kv: (kv[1]["budget"], setting_order(kv[1]["setting"]),
                                                                  kv[0]))
     front = set(results.get("pareto") or [])
@@ -159,13 +210,37 @@ def results_table(results: dict[str, Any]) -> str:
                  "(baseline)" if base else "–")   # "–": no decision scored by both (selection-only runs)
         ratio = _f(p["prompt_token_ratio"], 2) if p else "1.00" if base else "–"
         mark = " ◆" if key in front else ""
+        gain_w = gain_text(p.get("ll_gain") if p else None) if not base else "(baseline)"
+        gain_f = gain_text((results.get("paired_full") or {}).get(key, {}).get("ll_gain")) \
+            if e["policy"] != FULL else "(baseline)"
+        trunc = f"{e['n_truncated']}/{e['n_decisions']}" if "n_truncated" in e else "–"
         rows.append(f"| {e['policy']}{mark} | {e['setting']} | {_f(e['accuracy'])} [{_f(e['accuracy_ci'][0])}, "
-                    f"{_f(e['accuracy_ci'][1])}] | {delta} | {ratio} | {_f(e['prompt_tokens'], 0)} | "
+                    f"{_f(e['accuracy_ci'][1])}] | {delta} | {gain_w} | {gain_f} | {ratio} | {_f(e['prompt_tokens'], 0)} | "
                     f"{_f(e.get('key_hit'), 2)} | {_f(e.get('key_recall'), 2)} | {_f(e.get('candidate_recall'), 2)} | "
                     f"{_f(e.get('confuser_rate'), 2)} | {_f(e.get('value_recall'), 2)} | {_f(e.get('all_values'), 2)} | "
-                    f"{_f(e.get('prompt_confuser_rate'), 2)} | {_f(e['overhead_ms_p50'], 1)} | {_f(e['llm_ms_p50'], 0)} | "
-                    f"{e['n_decisions']} | {e['n_failed']} |")
-    return "\n".join(rows) + "\n\n◆ on the Pareto front (accuracy vs median prompt tokens, references excluded)\n"
+                    f"{_f(e.get('prompt_confuser_rate'), 2)} | {trunc} | {_f(e['overhead_ms_p50'], 1)} | "
+                    f"{_f(e['llm_ms_p50'], 0)} | {e['n_decisions']} | {e['n_failed']} |")
+    return ("\n".join(rows) + "\n\n◆ on the Pareto front (accuracy vs median prompt tokens, references excluded)\n"
+            "Gold LL gain: paired difference of the gold action's mean log-prob per token (nats) over the reference "
+            "on the same decisions, mean [95 % cluster-bootstrap CI] · median; \"–\": not scored or older records.\n"
+            + sensitivity_line(results))
+
+
+def gain_text(g: dict[str, Any] | None) -> str:
+    """`+0.031 [+0.004, +0.060] · med +0.020` from an `ll_gain` entry; "–" when nothing was scored."""
+    if not g or not g.get("n") or not np.isfinite(g.get("mean", float("nan"))):
+        return "–"
+    return f"{g['mean']:+.3f} [{g['ci'][0]:+.3f}, {g['ci'][1]:+.3f}] · med {g['median']:+.3f}"
+
+
+def sensitivity_line(results: dict[str, Any]) -> str:
+    """One line: the smallest paired accuracy difference this set can detect (`sensitivity`)."""
+    sv = results.get("sensitivity") or sensitivity(results)
+    if not sv.get("n_comparisons"):
+        return "Smallest detectable paired accuracy difference: – (no scored comparison against window).\n"
+    return (f"Smallest detectable paired accuracy difference (80 % power, α = 0.05 two-sided): ±{sv['mde']:.3f} "
+            f"on {sv['n']} decisions in {sv['n_episodes']} episodes (2.80 × median cluster-bootstrap SE "
+            f"{sv['se']:.3f} of the paired Δ vs window over {sv['n_comparisons']} comparisons).\n")
 
 
 def plot_pareto(results: dict[str, Any], path: Path) -> None:
@@ -190,7 +265,7 @@ def plot_pareto(results: dict[str, Any], path: Path) -> None:
         err = [[max(e["accuracy"] - e["accuracy_ci"][0], 0) for e in es],
                [max(e["accuracy_ci"][1] - e["accuracy"], 0) for e in es]]
         ax.errorbar(x, y, yerr=err, marker="o", markersize=4, linestyle="--" if name in REFERENCES else "-",
-                    capsize=2, label=name, alpha=0.85)
+                    capsize=2, label=name + legend_gain(results, es[-1]), alpha=0.85)
     front = [P[k] for k in results.get("pareto") or [] if k in P]
     if front:
         ax.scatter([e["prompt_tokens"] for e in front], [e["accuracy"] for e in front], s=140, facecolors="none",
@@ -200,10 +275,23 @@ def plot_pareto(results: dict[str, Any], path: Path) -> None:
     ax.set_xscale("log")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
-    ax.set_title(f"Accuracy vs. prompt tokens ({results.get('config', {}).get('decision_llm', '')})", fontsize=10)
+    ax.set_title(f"Accuracy vs. prompt tokens ({results.get('config', {}).get('decision_llm', '')}); legend: gold "
+                 f"log-likelihood gain per token", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def legend_gain(results: dict[str, Any], e: dict[str, Any]) -> str:
+    """The Pareto legend's gold log-likelihood gain of a policy (at its most token-hungry point `e`): ` (ΔLL +0.031
+    vs window, +0.004 vs full)`; "" when neither was scored."""
+    key = f"{e['policy']}@{e['setting']}"
+    parts = []
+    for ref, table in ((BASELINE, "paired"), (FULL, "paired_full")):
+        g = ((results.get(table) or {}).get(key) or {}).get("ll_gain")
+        if g and g.get("n") and np.isfinite(g.get("mean", float("nan"))):
+            parts.append(f"{g['mean']:+.3f} vs {ref}")
+    return f" (ΔLL/tok {', '.join(parts)})" if parts else ""
 
 
 def write_results(out_dir: Path, results: dict[str, Any]) -> None:

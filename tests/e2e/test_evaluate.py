@@ -19,7 +19,7 @@ from damc.eval.metrics import exact_match, multiple_choice
 from damc.facts import parse_action
 from damc.ranking import bootstrap_ci, paired_bootstrap
 
-ALL_POLICIES = ["full", "window", "obs_mask", "recency", "similarity", "bm25", "llm_judge", "generative_agents",
+ALL_POLICIES = ["full", "window", "obs_mask", "recency", "similarity", "bm25", "rrf", "llm_judge", "generative_agents",
                 "heuristic", "damc_knn", "damc", "damc_teacher", "oracle"]
 TINY_SYNTH = ("+synthetic.min_messages=10", "+synthetic.max_messages=40", "+synthetic.min_threads=1",
               "+synthetic.max_threads=2", "+synthetic.min_fillers=1", "+synthetic.max_fillers=2",
@@ -87,7 +87,7 @@ def test_every_policy_end_to_end_writes_results_with_the_schema(pipeline, tmp_pa
     for f in ("results.json", "results.md", "pareto.png", "records.jsonl"):
         assert (out / f).stat().st_size > 0, f
     on_disk = json.loads((out / "results.json").read_text())
-    assert set(on_disk) == {"policies", "paired", "config", "pareto"}
+    assert set(on_disk) == {"policies", "paired", "paired_full", "config", "pareto", "sensitivity"}
     assert set(on_disk["policies"]) == {f"{p}@192" for p in ALL_POLICIES}
     for key, e in on_disk["policies"].items():
         assert e["n_failed"] == 0, (key, [r.get("error") for r in _records(out) if r.get("failed")])
@@ -115,6 +115,15 @@ def test_every_policy_end_to_end_writes_results_with_the_schema(pipeline, tmp_pa
     assert all(len(v) == 1 for v in cands.values())
     assert re.search(r"\| damc( ◆)? \| 192 \|", (out / "results.md").read_text())   # ◆: on the Pareto front
     assert res["policies"]["damc@192"]["accuracy"] == on_disk["policies"]["damc@192"]["accuracy"]
+    # the gold log-likelihood gain is the paired per-token difference of the records themselves
+    lpt = {(r["policy"], r["decision_id"]): r["gold_logprob_per_token"] for r in recs}
+    dids = sorted({r["decision_id"] for r in recs})
+    for ref, table in (("window", "paired"), ("full", "paired_full")):
+        want = np.mean([lpt[("damc", d)] - lpt[(ref, d)] for d in dids])
+        assert on_disk[table]["damc@192"]["ll_gain"]["mean"] == pytest.approx(want), ref
+    assert all(isinstance(r["truncated"], bool) for r in recs if r["policy"] in ("full", "window", "obs_mask"))
+    assert all(r["truncated"] is None for r in recs if r["kind"] == "card")
+    assert np.isfinite(on_disk["sensitivity"]["mde"]) or on_disk["sensitivity"]["n_comparisons"] == 0
 
 
 @pytest.mark.slow
@@ -222,14 +231,14 @@ def test_sweeps_render_modes_and_variants_run_through_one_memory(pipeline, tmp_p
     from damc.eval.harness import main
 
     out = tmp_path / "eval"
-    res = main(_eval_cfg(pipeline, out, "policies=[window,bm25,damc,damc_k]", "budgets=[1024]", "max_decisions=2",
+    res = main(_eval_cfg(pipeline, out, "policies=[window,full,bm25,rrf,damc,damc_k]", "budgets=[1024]", "max_decisions=2",
                          "score=false",
                          "render=[template,raw]", "sweep.top_k=[2]", "sweep.threshold=[0.5]",
                          "sweep.threshold_for.damc=[0.05]",
                          f"+policy_options.damc_k={{policy: damc, scorer: {pipeline['scorer']}}}"))
     base = {"1024", "1024/raw", "1024/k2", "1024/k2/raw"}
     # bm25's values lie in [0, 1]: the shared grid; damc (combiner, nats/token) and its variant: their own grid
-    for name, t in (("bm25", "t0.5"), ("damc", "t0.05"), ("damc_k", "t0.05")):
+    for name, t in (("bm25", "t0.5"), ("rrf", "t0.5"), ("damc", "t0.05"), ("damc_k", "t0.05")):
         want = base | {f"1024/{t}", f"1024/{t}/raw"}
         assert {k.split("@")[1] for k in res["policies"] if k.startswith(name + "@")} == want, name
     assert {k for k in res["policies"] if k.startswith("window@")} == {"window@1024"}
@@ -241,6 +250,9 @@ def test_sweeps_render_modes_and_variants_run_through_one_memory(pipeline, tmp_p
             assert set(r["kept_card_ids"]) <= set(free["kept_card_ids"])  # the same valuer's two best
         if pol == "damc_k":  # a variant with the same options is the same policy
             assert r["prompt_hash"] == recs[("damc", setting, did)]["prompt_hash"]
+    fulls = [r for r in recs.values() if r["policy"] == "full"]
+    assert fulls and all(r["truncated"] is False for r in fulls)   # SmolLM2's 8k window holds these episodes
+    assert res["policies"]["full@1024"]["n_truncated"] == 0
     with pytest.raises(KeyError, match="policy_options.nope.policy"):
         main(_eval_cfg(pipeline, tmp_path / "bad", "policies=[nope]", "budgets=[128]"))
 

@@ -193,3 +193,80 @@ def test_operating_points_from_the_pipeline_or_a_study_and_a_wrong_file_refused(
     p = subprocess.run([sys.executable, str(ROOT / "scripts" / "report.py"), str(d), "--operating", str(bad)],
                        capture_output=True, text=True, cwd=ROOT)
     assert p.returncode != 0 and "report: error:" in p.stderr and "expected operating points" in p.stderr
+
+
+def _two_decisions(with_field=True):
+    """Two decisions in two episodes, `window`, `full` and `damc` at budget 512, hand-set gold log-probs per token."""
+    lpt = {"window": (-2.0, -1.5), "full": (-1.0, -1.25), "damc": (-0.5, -1.0)}
+    recs = []
+    for pol, vals in lpt.items():
+        for i, v in enumerate(vals):
+            r = {"policy": pol, "setting": "none" if pol == "full" else "512", "decision_id": f"d{i}",
+                 "episode_id": f"e{i}", "failed": False, "correct": pol != "window" or i == 0, "gold_logprob": 3 * v,
+                 "gold_logprob_per_token": v, "prompt_tokens": 100, "overhead_ms": 1.0, "llm_ms": 5.0,
+                 "key_card_ids": [], "kept_card_ids": []}
+            if not with_field:
+                r.pop("gold_logprob_per_token")
+            recs.append(r)
+    return aggregate(recs, ["d0", "d1"], ["window", "full", "damc"], {"decision_llm": "x"}, n_boot=200)
+
+
+def test_the_gold_log_likelihood_gain_is_the_paired_per_token_difference():
+    """damc − window = (+1.5, +0.5): mean +1.0, median +1.0; damc − full = (+0.5, +0.25): mean +0.375."""
+    from damc.eval.results import results_table
+
+    res = _two_decisions()
+    g = res["paired"]["damc@512"]["ll_gain"]
+    assert g["mean"] == pytest.approx(((-0.5 + 2.0) + (-1.0 + 1.5)) / 2) and g["n"] == 2 and g["n_episodes"] == 2
+    assert g["median"] == pytest.approx(1.0) and g["ci"][0] <= g["mean"] <= g["ci"][1]
+    gf = res["paired_full"]["damc@512"]["ll_gain"]
+    assert gf["mean"] == pytest.approx(((-0.5 + 1.0) + (-1.0 + 1.25)) / 2) and gf["median"] == pytest.approx(0.375)
+    assert res["paired"]["full@512"]["ll_gain"]["mean"] == pytest.approx(((-1.0 + 2.0) + (-1.25 + 1.5)) / 2)
+    table = results_table(res)
+    damc = next(ln for ln in table.splitlines() if ln.startswith("| damc"))
+    assert "| +1.000 [" in damc and "· med +1.000 |" in damc and "| +0.375 [" in damc
+    text = report({"t": res}, operating={"t": {"window": "512", "full": "512", "damc": "512"}})
+    row = next(ln for ln in text.splitlines() if ln.startswith("| damc | 512 |"))
+    assert "| +1.000 [" in row and "| +0.375 [" in row
+    assert [ln.split(" | ")[0] for ln in text.splitlines() if ln.startswith("| ") and " | 512 | " in ln][:3] == \
+        ["| window", "| full", "| damc"]                       # the headline order
+    assert "not independent of the labels" in text
+    # records written before the field existed still aggregate: the columns read "–"
+    old = _two_decisions(with_field=False)
+    assert old["paired"]["damc@512"]["ll_gain"]["n"] == 0
+    row = next(ln for ln in results_table(old).splitlines() if ln.startswith("| damc"))
+    assert row.split(" | ")[4:6] == ["–", "–"]
+
+
+def _synthetic(n_episodes, seed=0):
+    """`n_episodes` episodes of 4 decisions; window right 50 %, damc 60 % of the time, independently."""
+    import random
+
+    rnd = random.Random(seed)
+    recs, ids = [], []
+    for e in range(n_episodes):
+        for j in range(4):
+            did = f"d{e}_{j}"
+            ids.append(did)
+            for pol, p in (("window", 0.5), ("damc", 0.6)):
+                recs.append({"policy": pol, "setting": "512", "decision_id": did, "episode_id": f"e{e}",
+                             "failed": False, "correct": rnd.random() < p, "gold_logprob": -1.0,
+                             "gold_logprob_per_token": -1.0, "prompt_tokens": 100, "overhead_ms": 1.0,
+                             "llm_ms": 1.0, "key_card_ids": [], "kept_card_ids": []})
+    return aggregate(recs, ids, ["window", "damc"], {"decision_llm": "x"}, n_boot=500)
+
+
+def test_the_detectable_difference_shrinks_as_the_set_grows():
+    from damc.eval.results import Z_POWER, results_table
+
+    small, large = _synthetic(10), _synthetic(160)
+    s, l = small["sensitivity"], large["sensitivity"]
+    assert s["n"] == 40 and l["n"] == 640 and s["n_episodes"] == 10 and l["n_episodes"] == 160
+    assert s["mde"] == pytest.approx(Z_POWER * small["paired"]["damc@512"]["se"])
+    assert l["mde"] < s["mde"] / 2.5                          # 16x the episodes: about a quarter of the SE
+    assert 0.05 < l["mde"] < 0.25 < s["mde"]
+    assert f"±{l['mde']:.3f} on 640 decisions in 160 episodes" in results_table(large)
+    assert f"±{s['mde']:.3f}" in report({"t": small})
+    # no scored comparison (selection-only runs): the figure is "–", never a number
+    sel = aggregate([dict(r, correct=None) for r in []], [], ["window"], {}, n_boot=10)
+    assert "difference: –" in results_table(sel)

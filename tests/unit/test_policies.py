@@ -17,7 +17,7 @@ from damc.prompting import HISTORY_HEADER, message_to_chat
 from damc.runtime.memory import DecisionAwareMemory
 from damc.runtime.valuers import CachedValuer
 
-DEPLOYABLE = ["full", "window", "obs_mask", "heuristic", "recency", "similarity", "bm25", "generative_agents"]
+DEPLOYABLE = ["full", "window", "obs_mask", "heuristic", "recency", "similarity", "bm25", "rrf", "generative_agents"]
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,7 @@ def _ends_with_current_turn(out, dp):
     assert tail == [message_to_chat(m) for m in dp.current_turn]
 
 
-@pytest.mark.parametrize("name", ["window", "obs_mask", "recency", "bm25", "heuristic", "oracle"])
+@pytest.mark.parametrize("name", ["window", "obs_mask", "recency", "bm25", "rrf", "heuristic", "oracle"])
 @pytest.mark.parametrize("budget", [128, 512])
 def test_budgeted_policies_respect_the_budget_and_keep_the_current_turn(setup, name, budget):
     out = _build(name, setup, Setting(budget))
@@ -94,6 +94,55 @@ def test_full_keeps_everything_and_ignores_the_budget(setup):
     capped = make_policy("full").build(view, Setting(64), PolicyEnv(env.count_tokens, None, out.history_tokens // 2 + 1500))
     assert capped.history_tokens < out.history_tokens and capped.kept_card_ids[-1] == out.kept_card_ids[-1]
     _ends_with_current_turn(capped, dp)
+    # counted as truncated only when the window cut it (card policies: not applicable)
+    assert out.truncated is False and capped.truncated is True
+    assert _build("bm25", setup, Setting(512)).truncated is None
+
+
+class _RecordingScorer:
+    """A student stand-in that records which cards the cascade hands it, in order (its scores: all zero)."""
+
+    def __init__(self):
+        self.seen = []
+
+    def score(self, query, cards):
+        self.seen.append([c.card_id for c in cards])
+        return [0.0] * len(cards)
+
+
+class _PlainCombiner:
+    """A combiner stand-in: the value is the student column (what matters here is which cards get there)."""
+
+    def __init__(self):
+        from damc.runtime.combiner import FEATURES
+
+        self.col = FEATURES.index("student")
+        self.mean = [0.0] * len(FEATURES)
+
+    def predict(self, x):
+        return x[:, self.col].astype(float)
+
+
+def test_rrf_ranks_the_candidates_in_the_cascades_first_stage_order(setup):
+    """`rrf` through the harness's policy path ranks a real episode's candidates exactly in the order in which
+    the `damc` cascade (`ScorerValuer(max_scored=M)`) picks the candidates its student reads."""
+    from damc.runtime.valuers import ScorerValuer
+
+    env, dp, view, memory, _ = setup
+    out = _build("rrf", setup, Setting(10**6))               # everything fits: every candidate is kept and valued
+    assert len(out.candidate_ids) >= 6 and sorted(out.kept_card_ids) == sorted(out.candidate_ids)
+    order = sorted(out.values, key=lambda cid: -out.values[cid])
+    assert len(set(out.values.values())) == len(order) and max(out.values.values()) == 1.0
+    m = len(order) // 2
+    student = _RecordingScorer()
+    memory.build_context(list(view.messages), list(view.tools), budget_tokens=10**6, session_id=view.session_id,
+                         now=view.now, valuer=ScorerValuer(student, combiner=_PlainCombiner(), max_scored=m))
+    assert student.seen == [order[:m]]                        # the cascade's first stage: the same cards, same order
+    # and it is neither BM25 alone nor cosine alone on this decision
+    bm25 = _build("bm25", setup, Setting(10**6))
+    sim = _build("similarity", setup, Setting(10**6))
+    assert order != sorted(bm25.values, key=lambda c: -bm25.values[c]) or \
+        order != sorted(sim.values, key=lambda c: -sim.values[c])
 
 
 def _n_prefix(out) -> int:

@@ -36,6 +36,42 @@ def rrf(*signals: np.ndarray, k: int = 60) -> np.ndarray:
     return out
 
 
+def fused_order(x: np.ndarray) -> np.ndarray:
+    """Candidate indices, best first, by reciprocal-rank fusion of BM25 and cosine over a `candidate_features`
+    matrix: the cascade's first stage (which candidates `ScorerValuer(max_scored=M)` cross-encodes) and the order
+    of `RRFValuer`."""
+    from damc.runtime.combiner import FEATURES
+
+    return np.argsort(-rrf(x[:, FEATURES.index("bm25")], x[:, FEATURES.index("cosine")]), kind="stable")
+
+
+class RRFValuer(Valuer):
+    """The cascade's first stage alone, no student: BM25 and embedding cosine fused by reciprocal rank (`rrf`, k=60).
+
+    The values are the fused order mapped to (0, 1] (1 for the first candidate, falling by rank), so the ranking
+    is exactly `fused_order` — the order in which `ScorerValuer(max_scored=M)` picks the candidates it cross-encodes
+    — and `Threshold(τ)` reads a share of the ranking. Needs the memory (`bind`) for the cosine.
+    """
+
+    name = "rrf"
+
+    def __init__(self) -> None:
+        self._memory: Any = None
+
+    def bind(self, memory: Any) -> None:
+        self._memory = memory
+
+    def value(self, query: str, cards: Sequence[Card], now: float | None = None) -> np.ndarray:
+        if not cards:
+            return np.zeros(0, dtype=np.float32)
+        from damc.runtime.combiner import candidate_features
+
+        order = fused_order(candidate_features(query, cards, memory=self._memory))
+        out = np.empty(len(cards), dtype=np.float32)
+        out[order] = 1.0 - np.arange(len(cards), dtype=np.float32) / len(cards)
+        return out
+
+
 class ScorerValuer(Valuer):
     """The distilled student scorer (`CardScorer.score(query, cards)`), through its learned combiner when it has one
     (calibrated predicted delta), else squashed to [0, 1].
@@ -106,7 +142,7 @@ class ScorerValuer(Valuer):
         if not self.max_scored or len(cards) <= self.max_scored:
             x[:, col] = np.asarray(self.scorer.score(query, list(cards)), dtype=np.float64)
             return self.combiner.predict(x), notes
-        top = np.argsort(-rrf(x[:, FEATURES.index("bm25")], x[:, FEATURES.index("cosine")]), kind="stable")
+        top = fused_order(x)
         top, rest = top[: self.max_scored], top[self.max_scored:]               # rest: in fused order
         x[top, col] = np.asarray(self.scorer.score(query, [cards[i] for i in top]), dtype=np.float64)
         out = np.empty(len(cards), dtype=np.float64)
