@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 
-
 @dataclass
 class LabelRow:
     """One label row: the teacher's delta for one card at one decision. The one spelling of the columns: the

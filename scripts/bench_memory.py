@@ -108,8 +108,7 @@ def bench_context(n_cards: int, candidates: Sequence[int], decisions: int, score
     10 pinned) and per cascade size in `max_scored` (`MemoryConfig.max_scored`: candidates the scorer cross-encodes,
     0 = all; None = the runtime's default) on the same store and the same `decisions` fresh queries. The memory is built as a user builds it:
     `DecisionAwareMemory(path, scorer=PATH)` (the scorer's valuer, selector and exported ONNX encoder)."""
-    from damc.runtime.memory import DecisionAwareMemory, MemoryConfig
-    from damc.runtime.memory import default_valuer
+    from damc.runtime.memory import DecisionAwareMemory, MemoryConfig, default_valuer
     from damc.runtime.valuers import CrossEncoderScorer
 
     if scorer_path:
@@ -324,7 +323,7 @@ class BackendPlace:
     def __init__(self, backend: str, tmp: str, pg_url: str | None) -> None:
         self.backend, self.tmp, self.pg_url, self.server, self.n = backend, tmp, pg_url, None, 0
         if backend == "postgres" and not pg_url:
-            import pgserver   # the dev extra; the library itself never starts a server
+            import pgserver  # the dev extra; the library itself never starts a server
 
             self.server = pgserver.get_server(tempfile.mkdtemp(prefix="damc-bench-pg-"), cleanup_mode="stop")
             self.pg_url = self.server.get_uri()

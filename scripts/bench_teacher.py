@@ -19,8 +19,8 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def main() -> None:
-    from damc.episodes import decision_points
     from damc.data.synthetic import generate_episodes
+    from damc.episodes import decision_points
     from damc.teacher.backends import HFTeacher
     from damc.teacher.context import candidate_cards
     from damc.teacher.estimators import AblationLasso, LeaveOneOut

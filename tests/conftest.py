@@ -32,8 +32,8 @@ def samples_dir() -> Path:
 
 def small_episode(n_msgs: int = 13):
     """A real synthetic support episode cut after a few decisions, tools trimmed to those it uses."""
-    from damc.episodes import Episode
     from damc.data.synthetic import generate_episodes
+    from damc.episodes import Episode
 
     ep = generate_episodes(1, seed=0)[0]
     msgs = ep.messages[:n_msgs]

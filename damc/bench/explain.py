@@ -106,10 +106,9 @@ def inspect_store(argv: Sequence[str]) -> int:
     from collections import Counter
     from pathlib import Path
 
+    from damc.cli import INSPECT_SUMMARY
     from damc.runtime.scope import Scope
     from damc.runtime.store import CardStore
-
-    from damc.cli import INSPECT_SUMMARY
 
     ap = argparse.ArgumentParser(prog="damc inspect", description=INSPECT_SUMMARY)
     ap.add_argument("store", metavar="STORE", help="memory directory (cards.db inside) or a .db file")

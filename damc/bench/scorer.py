@@ -65,8 +65,8 @@ def _with_max_length(scorer: Any, n: int, fn: Callable[[], Any]) -> Any:
 
 def load_paths(scorer_dir: Path, int8: bool = True, threads: int | None = None) -> dict[str, Any]:
     """The scorer under every available path: torch fp32/bf16, onnx fp32, onnx int8."""
-    from damc.scorer.export import export_onnx, quantize_int8
     from damc.runtime.scorer import ONNX_FILE, ONNX_INT8_FILE, CardScorer
+    from damc.scorer.export import export_onnx, quantize_int8
 
     paths = {"torch fp32": CardScorer.from_pretrained(scorer_dir, dtype="float32", num_threads=threads),
              "torch bf16": CardScorer.from_pretrained(scorer_dir, dtype="bfloat16", num_threads=threads)}
@@ -92,8 +92,8 @@ def load_paths(scorer_dir: Path, int8: bool = True, threads: int | None = None) 
 
 def fidelity_by_path(paths: dict[str, Any], labels: str, max_decisions: int = 60) -> dict[str, float]:
     """Mean per-decision Spearman vs. the teacher for each path, on the same decisions."""
-    from damc.ranking import spearman
     from damc.labels import group_decisions, load_labels
+    from damc.ranking import spearman
 
     decisions = group_decisions(load_labels(labels))[:max_decisions]
     out = {}
@@ -106,8 +106,8 @@ def fidelity_by_path(paths: dict[str, Any], labels: str, max_decisions: int = 60
 def big_decision(n_cards: int = 50, seed: int = 3) -> dict[str, Any]:
     """A synthetic decision with at least `n_cards` candidate cards: its teacher contexts and scorer texts."""
     from damc.cards import cards_before, encode_episode
-    from damc.episodes import decision_points
     from damc.data.synthetic import SyntheticConfig, generate_episodes
+    from damc.episodes import decision_points
     from damc.prompting import action_text, build_decision_messages, cards_to_messages
     from damc.query import render_card, render_decision_query
 

@@ -40,8 +40,16 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from damc.cards import card_id
-from damc.data.bfcl_replay import (BFCLBackends, BFCLCallParseError, ParsedCall, _backend_config, _import_bfcl,
-                                   bfcl_package_dir, parse_call, parse_calls)
+from damc.data.bfcl_replay import (
+    BFCLBackends,
+    BFCLCallParseError,
+    ParsedCall,
+    _backend_config,
+    _import_bfcl,
+    bfcl_package_dir,
+    parse_call,
+    parse_calls,
+)
 from damc.episodes import SPLITS, Episode, iter_scalars
 from damc.facts import card_text, first_holder, value_pattern
 

@@ -43,8 +43,8 @@ from typing import Any, Iterator
 
 from tqdm.auto import tqdm
 
-from damc.episodes import Episode, iter_scalars, render_call, split_episodes
 from damc.data.tau2_user import key_card_ids, plan_user_turns
+from damc.episodes import Episode, iter_scalars, render_call, split_episodes
 from damc.facts import value_pattern
 
 logger = logging.getLogger(__name__)

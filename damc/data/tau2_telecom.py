@@ -50,9 +50,9 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from damc.episodes import Episode, render_call
 from damc.data.tau2 import Tau2Config, Tau2DataError, Tau2Domain, gold_arguments, key_values, load_domain
 from damc.data.tau2_user import UserTurn, key_card_ids, plan_user_turns, split_sentences, value_pattern
+from damc.episodes import Episode, render_call
 
 logger = logging.getLogger(__name__)
 

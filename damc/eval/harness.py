@@ -48,11 +48,20 @@ import numpy as np
 from damc.cards import Card, cards_before, encode_episode, token_counter
 from damc.episodes import DecisionPoint, Episode, decision_points, load_episodes, make_distractors
 from damc.eval.metrics import exact_match, multiple_choice, prompt_values
-from damc.eval.policies import (POLICIES, CardPolicy, DecisionView, GoldView, Policy, PolicyEnv, PolicyOutput, Setting,
-                                make_policy)
-from damc.facts import confuser_values, gold_values, holds_any
+from damc.eval.policies import (
+    POLICIES,
+    CardPolicy,
+    DecisionView,
+    GoldView,
+    Policy,
+    PolicyEnv,
+    PolicyOutput,
+    Setting,
+    make_policy,
+)
 from damc.eval.records import RecordLog, fingerprints
 from damc.eval.results import NO_BUDGET, aggregate, results_table, write_results
+from damc.facts import confuser_values, gold_values, holds_any
 from damc.prompting import action_text, format_prompt
 
 logger = logging.getLogger(__name__)

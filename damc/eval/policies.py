@@ -51,15 +51,32 @@ import numpy as np
 
 from damc.cards import encode_messages
 from damc.episodes import DecisionPoint
+from damc.eval.policy_base import (
+    MESSAGE_OVERHEAD_TOKENS,
+    RENDERS,
+    DecisionView,
+    GoldView,
+    Policy,
+    PolicyEnv,
+    PolicyOutput,
+    Setting,
+)
 from damc.facts import gold_values, holds_any
 from damc.prompting import build_decision_messages, message_to_chat
 from damc.runtime.assemble import split_conversation
 from damc.runtime.compress import COMPRESSORS, Compressor
 from damc.runtime.select import Selector, Threshold, TopK
-from damc.eval.policy_base import (MESSAGE_OVERHEAD_TOKENS, RENDERS, DecisionView, GoldView, Policy, PolicyEnv,
-                                   PolicyOutput, Setting)
-from damc.runtime.valuers import (BM25Valuer, GenerativeAgentsValuer, KNNValuer, LLMJudgeValuer, RecencyValuer,
-                                  RRFValuer, SimilarityValuer, Valuer)
+from damc.runtime.valuers import (
+    BM25Valuer,
+    GenerativeAgentsValuer,
+    KNNValuer,
+    LLMJudgeValuer,
+    RecencyValuer,
+    RRFValuer,
+    SimilarityValuer,
+    Valuer,
+)
+
 
 def _message_tokens(m: dict[str, Any], env: PolicyEnv) -> int:
     return env.count_tokens(message_to_chat(m)["content"]) + MESSAGE_OVERHEAD_TOKENS

@@ -26,8 +26,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from damc.pipeline.stages import (compose_stage, fingerprint, is_done, mark_done, override_value,
-                                 relabel_if_stale, stage_main)
+from damc.pipeline.stages import (
+    compose_stage,
+    fingerprint,
+    is_done,
+    mark_done,
+    override_value,
+    relabel_if_stale,
+    stage_main,
+)
 
 
 def _results(res: dict[str, Any] | None, out_dir: Path) -> dict[str, Any]:

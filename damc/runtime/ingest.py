@@ -22,7 +22,8 @@ import logging
 import re
 from typing import Any, Callable, Iterable, Sequence
 
-from damc.cards import Card, card_id as make_card_id, encode_messages
+from damc.cards import Card, encode_messages
+from damc.cards import card_id as make_card_id
 from damc.episodes import EpisodeFormatError, message_text
 
 logger = logging.getLogger(__name__)

@@ -50,23 +50,31 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
-from damc.cards import Card, card_id as make_card_id
+from damc.cards import Card
+from damc.cards import card_id as make_card_id
 from damc.prompting import PLACEMENTS, neutralize_line
 from damc.query import render_decision_query
 from damc.runtime import lifecycle
 from damc.runtime.aio import AsyncMethods
 from damc.runtime.assemble import assemble, leading_instructions, prompt_tokens, split_conversation
 from damc.runtime.compress import COMPRESSORS, Compressor
-from damc.runtime.context import Context, DroppedCard, SelectedCard
 from damc.runtime.config import MemoryConfig
-from damc.runtime.identity import ON_MISMATCH, ConversationMismatchError, DigestCache, TextMemo, clean_messages, \
-    history_tokens, message_digest
+from damc.runtime.context import Context, DroppedCard, SelectedCard
+from damc.runtime.identity import (
+    ON_MISMATCH,
+    ConversationMismatchError,
+    DigestCache,
+    TextMemo,
+    clean_messages,
+    history_tokens,
+    message_digest,
+)
 from damc.runtime.index import IndexConfig
 from damc.runtime.ingest import check_call
+from damc.runtime.observe import ingest_messages, observe_session
 from damc.runtime.paths import created_by_opening, remove_created
 from damc.runtime.scope import Scope, tag_card
 from damc.runtime.select import Selector, Threshold, TopK, default_budget
-from damc.runtime.observe import ingest_messages, observe_session
 from damc.runtime.storage import is_server_url, open_storage
 from damc.runtime.store import StoreConfig, StoredCard
 from damc.runtime.valuers import CachedValuer, HeuristicValuer, ScorerValuer, Valuer, as_valuer

@@ -42,8 +42,13 @@ import numpy as np
 
 from damc.query import query_body
 from damc.runtime.encoder import available_cpus, pad_batch, token_batches
-from damc.runtime.scorer_metadata import (FORMAT_VERSION, META_FILE, Normalization, ScorerFormatError,  # noqa: F401
-                                          ScorerMetadata)
+from damc.runtime.scorer_metadata import (  # noqa: F401
+    FORMAT_VERSION,
+    META_FILE,
+    Normalization,
+    ScorerFormatError,
+    ScorerMetadata,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -12,8 +12,14 @@ import sqlite3
 from typing import Any, Sequence
 
 from damc.episodes import message_text
-from damc.runtime.identity import (Alignment, ConversationMismatchError, align, chain_next, derive_session_id,
-                                   opening_length)
+from damc.runtime.identity import (
+    Alignment,
+    ConversationMismatchError,
+    align,
+    chain_next,
+    derive_session_id,
+    opening_length,
+)
 from damc.runtime.schema import chunks
 from damc.runtime.scope import DEFAULT_SCOPE, Scope
 

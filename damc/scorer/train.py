@@ -29,7 +29,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from damc.labels import LabelFormatError, LabeledDecision, group_decisions, load_labels
+from damc.labels import LabeledDecision, LabelFormatError, group_decisions, load_labels
 from damc.runtime.scorer import Normalization
 
 logger = logging.getLogger(__name__)

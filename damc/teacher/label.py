@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import os
+import random
 import time
 from pathlib import Path
 from typing import Any, Sequence, TypeVar

@@ -62,8 +62,8 @@ TINY = "experiment=study_tau2_tiny"   # study_tau2_small with fewer teacher and 
 def tau2_study(tmp_path_factory):
     """The reduced τ² study run once; the tests below add their own stages to its out_dir (each runs only those)."""
     pytest.importorskip("tau2")
-    from damc.pipeline.stages import compose_stage
     from damc.pipeline.reproduce import run_study
+    from damc.pipeline.stages import compose_stage
 
     out_dir = tmp_path_factory.mktemp("study")
     cfg = compose_stage("study", [TINY, f"out_dir={out_dir}"])
@@ -93,8 +93,8 @@ def test_the_small_tau2_study_runs_end_to_end_and_resumes(tau2_study):
 
 def test_a_second_decision_llm_runs_only_its_own_stage(tau2_study):
     """A second decision LLM on a seeded subset: only its stage runs; the report gets its own section."""
-    from damc.pipeline.stages import compose_stage
     from damc.pipeline.reproduce import run_study
+    from damc.pipeline.stages import compose_stage
 
     tmp_path, _, _ = tau2_study
     cfg2 = compose_stage("study", [TINY, f"out_dir={tmp_path}", "second_llm.model=smollm2-135m",
@@ -113,8 +113,8 @@ def test_a_second_decision_llm_runs_only_its_own_stage(tau2_study):
 
 def test_the_learning_curve_on_the_study_labels(tau2_study):
     """A smaller student is trained on the study's labels; the study's own is the last point."""
-    from damc.pipeline.stages import compose_stage
     from damc.pipeline.reproduce import run_study
+    from damc.pipeline.stages import compose_stage
 
     tmp_path, _, _ = tau2_study
     curve = [TINY, f"out_dir={tmp_path}", "curve.sizes=[2,999]", "curve.dev=[tau2_retail]",

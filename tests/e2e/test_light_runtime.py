@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import ROOT, SAMPLES, run_light
 
 DOC_EXAMPLE = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "runtime.md").read_text(), re.S)[0]

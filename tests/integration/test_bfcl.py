@@ -14,8 +14,14 @@ import pytest
 
 from damc.cards import encode_episode
 from damc.data import bfcl
-from damc.data.bfcl import (BFCLBackends, BFCLCallParseError, build_bfcl_episodes, build_bfcl_splits, parse_call,
-                            parse_calls)
+from damc.data.bfcl import (
+    BFCLBackends,
+    BFCLCallParseError,
+    build_bfcl_episodes,
+    build_bfcl_splits,
+    parse_call,
+    parse_calls,
+)
 from damc.episodes import current_turn_start, load_episodes, write_episodes
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "samples" / "bfcl_sample.jsonl"

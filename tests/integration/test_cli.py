@@ -6,10 +6,9 @@ import importlib
 import os
 import subprocess
 import sys
-import tomllib
 
 import pytest
-
+import tomllib
 from conftest import ROOT, SAMPLES
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}  # scripts/ import this checkout's damc

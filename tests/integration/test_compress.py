@@ -7,9 +7,9 @@ import json
 import pytest
 
 from damc.cards import Card, critical_atoms, encode_messages
+from damc.episodes import load_episodes
 from damc.runtime.compress import LLMCompressor, TemplateCompressor
 from damc.templates import missing_atoms, required_atoms, summarize_result, template_compress
-from damc.episodes import load_episodes
 
 
 def _tool_card(name, args, result, i=1):

@@ -14,9 +14,10 @@ import time
 import tracemalloc
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from damc.cards import Card, encode_messages, parse_result
+from damc.cards import Card, parse_result
 from damc.data.bfcl_replay import BFCLCallParseError, parse_call, parse_calls
 from damc.episodes import Episode, EpisodeFormatError, load_episodes
 from damc.facts import parse_action

@@ -8,8 +8,8 @@ import pytest
 from hydra import compose, initialize
 
 from damc.data.make import main, summarize
-from damc.episodes import load_episodes, split_episodes
 from damc.data.synthetic import generate_episodes
+from damc.episodes import load_episodes, split_episodes
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,12 +8,21 @@ import numpy as np
 import pytest
 
 from damc.cards import Card, encode_messages
-from damc.templates import required_atoms, template_compress
 from damc.episodes import EpisodeFormatError
 from damc.runtime.memory import Context, DecisionAwareMemory
 from damc.runtime.select import TopK
-from damc.runtime.valuers import (CachedValuer, CrossEncoderScorer, HeuristicValuer, HybridValuer, KNNValuer, LLMJudgeValuer,
-                        ScorerValuer, is_constraint, parse_rating)
+from damc.runtime.valuers import (
+    CachedValuer,
+    CrossEncoderScorer,
+    HeuristicValuer,
+    HybridValuer,
+    KNNValuer,
+    LLMJudgeValuer,
+    ScorerValuer,
+    is_constraint,
+    parse_rating,
+)
+from damc.templates import template_compress
 
 TOOLS = [{"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": {}}}}
          for n in ("get_order", "refund", "get_weather", "send_email")]

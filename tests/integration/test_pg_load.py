@@ -18,11 +18,11 @@ import threading
 import time
 
 import pytest
-
-from damc.cards import encode_messages
-from damc.bench.loadtest import TOOLS, _collect, cards_digest, turn
-from damc.runtime.scope import Scope
 from test_store_backends import HashEncoder
+
+from damc.bench.loadtest import TOOLS, _collect, cards_digest, turn
+from damc.cards import encode_messages
+from damc.runtime.scope import Scope
 
 
 def _worker(url: str, w: int, turns: int, queue, progress, retry_s: float, pause_s: float) -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from damc.eval.results import aggregate
 from damc.eval.report import check_targets, compact_table, load_operating, load_results, report, targets_table
+from damc.eval.results import aggregate
 
 ROOT = Path(__file__).resolve().parents[2]
 N = 20

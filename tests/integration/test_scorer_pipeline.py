@@ -73,9 +73,9 @@ def test_training_writes_model_split_and_fidelity_metrics(run_dir):
 
 
 def test_resume_continues_from_last_checkpoint(run_dir, tmp_path):
-    from damc.scorer.train import main
-
     import shutil
+
+    from damc.scorer.train import main
 
     work = tmp_path / "resumed"
     shutil.copytree(run_dir / "checkpoints", work / "checkpoints")
@@ -243,9 +243,9 @@ def test_auto_backend_takes_int8_onnx_when_exported(scorer_dir, tmp_path):
 
     from scipy.stats import spearmanr
 
+    from damc.runtime.valuers import ScorerValuer
     from damc.scorer import CardScorer
     from damc.scorer.export import quantize_int8
-    from damc.runtime.valuers import ScorerValuer
 
     labels = [json.loads(x) for x in LABELS.read_text().splitlines()]
     by_decision: dict[str, tuple[str, list[str]]] = {}

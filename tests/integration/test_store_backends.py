@@ -15,11 +15,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_store import _cards  # the same cards as the SQLite-only tests
 
 from damc.cards import encode_messages
 from damc.runtime.scope import Scope
 from damc.runtime.store import CardStore, StoreError
-from test_store import _cards   # the same cards as the SQLite-only tests
 
 BACKENDS = ["sqlite", "postgres"]
 
@@ -360,9 +360,9 @@ def test_pg_scoped_search_never_starves_a_small_scope(pg_url):
 # ----------------------------------------------------------------------------- build_context end to end
 
 def _conversation(turns: int) -> list[dict]:
-    from damc.bench.loadtest import turn
-
     import random
+
+    from damc.bench.loadtest import turn
 
     rng = random.Random(7)
     msgs = [{"role": "system", "content": "You are a support agent."}]

@@ -18,11 +18,11 @@ from hydra import compose, initialize
 
 from damc.cards import card_id
 from damc.data import tau2
-from damc.episodes import decision_points, load_episodes, render_action, write_episodes
 from damc.data.make import main as make_main
 from damc.data.make import summarize
 from damc.data.synthetic import generate_episodes
 from damc.data.tau2_user import CONFIRMATIONS, key_card_ids, plan_user_turns, to_first_person
+from damc.episodes import decision_points, load_episodes, render_action, write_episodes
 from damc.facts import value_pattern
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,10 +14,10 @@ from hydra import compose, initialize
 
 from damc.cards import card_id
 from damc.data import tau2, tau2_telecom
-from damc.episodes import decision_points, load_episodes, write_episodes
 from damc.data.make import main as make_main
 from damc.data.make import summarize
 from damc.data.tau2_user import CONFIRMATIONS, value_pattern
+from damc.episodes import decision_points, load_episodes, write_episodes
 
 N_SAMPLE, SEED = 20, 7
 ID_ARGS = ("customer_id", "line_id", "bill_id")

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from conftest import small_episode
 
-import damc.teacher.compare as cmp
 from damc.teacher.compare import compare, markdown, sample_decisions
 
 
@@ -110,8 +109,8 @@ def test_confuser_precision_per_estimator():
 def test_fact_hits_credit_a_later_card_that_repeats_a_key_fact(fakes, tmp_path):
     """A key card is where a gold value first appears; `holds_fact` marks every candidate holding one (the first
     occurrence included), and fact@1 counts a top card that repeats the fact where hit@1 does not."""
-    from damc.episodes import Episode
     from damc.data.synthetic import generate_episodes
+    from damc.episodes import Episode
     from damc.teacher.compare import summarize
 
     full = generate_episodes(1, seed=0)[0]

@@ -12,6 +12,7 @@ from damc.prompting import HISTORY_HEADER, action_text, format_prompt
 from damc.teacher.context import build_context, candidate_cards, memory_line
 from damc.teacher.estimators import AblationLasso, GroupedLeaveOneOut, LeaveOneIn, LeaveOneOut, LooLoi
 
+
 def last_decision(ep: Episode):
     return [dp for dp in decision_points(ep) if candidate_cards(dp)][-1]
 

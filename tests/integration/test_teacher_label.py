@@ -14,8 +14,8 @@ from conftest import small_episode
 from hydra import compose, initialize
 
 from damc.episodes import Episode, decision_points, write_episodes
-from damc.teacher.label import main, plan_decisions, shard_by_episode, shard_decisions
 from damc.labels import EXTRA_COLUMNS, LABEL_COLUMNS, LabelFormatError, load_labels
+from damc.teacher.label import main, plan_decisions, shard_by_episode, shard_decisions
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -5,8 +5,8 @@ HF tokenizer's, truncation included."""
 import json
 
 import pytest
-
 from conftest import SAMPLES, run_light
+
 from damc.episodes import load_episodes
 from damc.prompting import build_decision_messages, format_prompt
 from damc.tokens import PairTokenizer, TokenCounter, load_token_counter, read_gguf_metadata

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from damc.runtime.schema import SCHEMA_VERSION
-
 from damc.runtime.memory import DecisionAwareMemory
+from damc.runtime.schema import SCHEMA_VERSION
 from damc.runtime.scope import Scope
 from damc.runtime.valuers import CachedValuer
 

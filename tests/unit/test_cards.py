@@ -3,11 +3,20 @@
 import json
 
 import pytest
-
-from damc.cards import (Card, card_id, cards_before, critical_atoms, detect_status, encode_episode, encode_messages,
-                        parse_result, token_counter)
-from damc.episodes import EpisodeFormatError
 from test_episodes import make_episode
+
+from damc.cards import (
+    Card,
+    card_id,
+    cards_before,
+    critical_atoms,
+    detect_status,
+    encode_episode,
+    encode_messages,
+    parse_result,
+    token_counter,
+)
+from damc.episodes import EpisodeFormatError
 
 
 def test_encode_episode_merges_calls_with_results():

@@ -4,8 +4,16 @@ import json
 
 import pytest
 
-from damc.episodes import (Episode, EpisodeFormatError, action_json, decision_points, load_episodes,
-                                make_distractors, render_action, write_episodes)
+from damc.episodes import (
+    Episode,
+    EpisodeFormatError,
+    action_json,
+    decision_points,
+    load_episodes,
+    make_distractors,
+    render_action,
+    write_episodes,
+)
 
 
 def _call(cid, name, **args):

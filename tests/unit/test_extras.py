@@ -1,9 +1,9 @@
 """The extras are declared once (pyproject.toml) and read from the package metadata (damc.extras.extra_of)."""
 
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from damc.extras import MissingExtraError, extra_of, requires
 

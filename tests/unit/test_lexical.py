@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from damc.cards import encode_episode
-from damc.episodes import decision_points
 from damc.data.synthetic import generate_episodes
+from damc.episodes import decision_points
 from damc.query import card_document, render_decision_query
 from damc.runtime.lexical import bm25_scores, bm25_tokens
 from damc.runtime.valuers import BM25Valuer

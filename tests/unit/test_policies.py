@@ -8,10 +8,19 @@ import json
 import pytest
 
 from damc.cards import token_counter
-from damc.episodes import decision_points
 from damc.data.synthetic import generate_episodes
-from damc.eval.policies import (POLICIES, CardPolicy, DecisionView, GoldView, PolicyEnv, Setting, decision_messages,
-                                make_policy, trim_history)
+from damc.episodes import decision_points
+from damc.eval.policies import (
+    POLICIES,
+    CardPolicy,
+    DecisionView,
+    GoldView,
+    PolicyEnv,
+    Setting,
+    decision_messages,
+    make_policy,
+    trim_history,
+)
 from damc.models import load_tokenizer
 from damc.prompting import HISTORY_HEADER, message_to_chat
 from damc.runtime.memory import DecisionAwareMemory

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from damc.runtime.scorer import (FORMAT_VERSION, META_FILE, Normalization, ScorerFormatError, ScorerMetadata)
+from damc.runtime.scorer import FORMAT_VERSION, META_FILE, Normalization, ScorerFormatError, ScorerMetadata
 
 FORMAT_1 = {"render_version": "5", "normalization": {"mean": 0.1, "std": 2.0, "clip": 5.0}, "max_length": 96,
             "teacher": "smollm2-135m", "base_model": "minilm-l6", "kept_layers": None, "loss": {"listwise": 1.0},

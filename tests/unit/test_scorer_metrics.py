@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from damc.scorer.losses import listwise_kl, pointwise_mse
 from damc.ranking import bootstrap_ci, ndcg_at_k, recall_at, spearman
 from damc.ranking import summarize_values as summarize
+from damc.scorer.losses import listwise_kl, pointwise_mse
 from damc.scorer.metrics import fidelity
 
 

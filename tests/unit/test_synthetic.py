@@ -6,8 +6,8 @@ import re
 import pytest
 
 from damc.cards import encode_episode
-from damc.episodes import call_arguments, decision_points, load_episodes, message_text, write_episodes
 from damc.data.synthetic import SyntheticConfig, generate_episodes
+from damc.episodes import call_arguments, decision_points, load_episodes, message_text, write_episodes
 
 N = 24
 

@@ -14,12 +14,19 @@ from typing import Iterator
 
 from tqdm import tqdm
 
-from damc.episodes import Episode
 from damc.data.synthetic.config import SyntheticConfig
 from damc.data.synthetic.fillers import _Fillers
-from damc.data.synthetic.phrasings import _GREET, _ID_EMAIL, _ID_NAME, _ID_PHONE, _OPEN_REASON, _SAY_ORDERS_NO_ID
+from damc.data.synthetic.phrasings import (
+    _GREET,
+    _ID_EMAIL,
+    _ID_NAME,
+    _ID_PHONE,
+    _OPEN_REASON,
+    _SAY_ORDERS_NO_ID,
+)
 from damc.data.synthetic.threads import _Threads
 from damc.data.synthetic.vocab import _MAIL_DOMAINS, _pick
+from damc.episodes import Episode
 
 logger = logging.getLogger(__name__)
 

@@ -12,8 +12,17 @@ import re
 from datetime import timedelta
 from typing import Any, Iterator
 
-from damc.data.synthetic.vocab import (_ERROR_REASONS, _METHODS, _TEAMS, _WORK_DOMAINS, _alnum, _digits, _iso,
-                                       _money, _pick)
+from damc.data.synthetic.vocab import (
+    _ERROR_REASONS,
+    _METHODS,
+    _TEAMS,
+    _WORK_DOMAINS,
+    _alnum,
+    _digits,
+    _iso,
+    _money,
+    _pick,
+)
 from damc.data.synthetic.world import _Order, _World
 
 

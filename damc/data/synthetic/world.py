@@ -18,9 +18,25 @@ from typing import Any, Callable
 from damc.data.synthetic.builder import _Episode
 from damc.data.synthetic.config import SyntheticConfig
 from damc.data.synthetic.phrasings import _KB_FILLER, _KB_TITLES, _KB_TOPICS
-from damc.data.synthetic.vocab import (_BRANDS, _CARRIERS, _CITIES, _FIRST, _LAST, _MAIL_DOMAINS, _ORDER_FMTS,
-                                       _PRODUCTS, _REFUND_FMTS, _STREETS, _TICKET_FMTS, _USER_FMTS, _alnum,
-                                       _digits, _iso, _money, _price)
+from damc.data.synthetic.vocab import (
+    _BRANDS,
+    _CARRIERS,
+    _CITIES,
+    _FIRST,
+    _LAST,
+    _MAIL_DOMAINS,
+    _ORDER_FMTS,
+    _PRODUCTS,
+    _REFUND_FMTS,
+    _STREETS,
+    _TICKET_FMTS,
+    _USER_FMTS,
+    _alnum,
+    _digits,
+    _iso,
+    _money,
+    _price,
+)
 
 
 @dataclass

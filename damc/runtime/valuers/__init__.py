@@ -20,13 +20,27 @@ Example:
     >>> values = CachedValuer(v, ttl_s=60).value(query, cards)
 """
 
-from damc.runtime.valuers.base import (NOT_CROSS_ENCODED, CachedValuer, HybridValuer, Valuer, as_valuer, card_hash,
-                                      sigmoid)
-from damc.runtime.valuers.heuristic import (CONSTRAINT_PATTERNS, HeuristicValuer, HeuristicWeights, RecencyValuer,
-                                            is_constraint, is_pinned, recency_order)
+from damc.runtime.lexical import bm25_tokens
+from damc.runtime.valuers.base import (
+                                      NOT_CROSS_ENCODED,
+                                      CachedValuer,
+                                      HybridValuer,
+                                      Valuer,
+                                      as_valuer,
+                                      card_hash,
+                                      sigmoid,
+)
+from damc.runtime.valuers.heuristic import (
+                                      CONSTRAINT_PATTERNS,
+                                      HeuristicValuer,
+                                      HeuristicWeights,
+                                      RecencyValuer,
+                                      is_constraint,
+                                      is_pinned,
+                                      recency_order,
+)
 from damc.runtime.valuers.judge import JUDGE_PROMPT, LLMJudgeValuer, parse_rating
 from damc.runtime.valuers.learned import CrossEncoderScorer, KNNValuer, RRFValuer, ScorerValuer
-from damc.runtime.lexical import bm25_tokens
 from damc.runtime.valuers.retrieval import BM25Valuer, GenerativeAgentsValuer, SimilarityValuer
 
 __all__ = ["NOT_CROSS_ENCODED", "as_valuer", "BM25Valuer", "CONSTRAINT_PATTERNS", "CachedValuer", "CrossEncoderScorer", "GenerativeAgentsValuer",

@@ -18,6 +18,7 @@ import numpy as np
 
 from damc.cards import Card
 
+
 class Valuer(ABC):
     """Values candidate cards for a decision. Subclasses implement `value`."""
 

@@ -23,6 +23,7 @@ from damc.runtime.scope import scope_of
 from damc.runtime.valuers.base import Valuer
 from damc.runtime.valuers.heuristic import HeuristicValuer
 
+
 class SimilarityValuer(Valuer):
     """Cosine similarity of each card's embedding to the query's, clipped to [0, 1].
 
