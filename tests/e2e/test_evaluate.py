@@ -27,7 +27,7 @@ TINY_SYNTH = ("+synthetic.min_messages=10", "+synthetic.max_messages=40", "+synt
 
 
 def _compose(name: str, *overrides: str):
-    with initialize(config_path="../configs", version_base="1.3"):
+    with initialize(config_path="../../configs", version_base="1.3"):
         return compose(name, overrides=list(overrides))
 
 

@@ -50,7 +50,7 @@ def _export(run: Path, out: Path, *overrides: str) -> dict:
 
     from damc.scorer.export import main as export
 
-    with initialize(config_path="../configs", version_base="1.3"):
+    with initialize(config_path="../../configs", version_base="1.3"):
         return export(compose("export", overrides=[f"run_dir={run}", f"out={out}", *overrides]))
 
 

@@ -15,12 +15,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cfg(out_dir, *overrides):
-    with initialize(config_path="../configs", version_base="1.3"):
+    with initialize(config_path="../../configs", version_base="1.3"):
         return compose(config_name="make_data", overrides=[f"out_dir={out_dir}", *overrides])
 
 
 def test_out_dir_is_required():
-    with initialize(config_path="../configs", version_base="1.3"):
+    with initialize(config_path="../../configs", version_base="1.3"):
         cfg = compose(config_name="make_data")
     with pytest.raises(Exception, match="out_dir"):
         main(cfg)

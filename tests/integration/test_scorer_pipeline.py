@@ -20,7 +20,7 @@ LABELS = ROOT / "data" / "samples" / "scorer_labels_sample.jsonl"
 
 
 def _train_cfg(out_dir: Path, *extra: str):
-    with initialize(config_path="../configs", version_base="1.3"):
+    with initialize(config_path="../../configs", version_base="1.3"):
         return compose("train", overrides=[f"data.labels={LABELS}", f"out_dir={out_dir}", "trainer=tiny",
                                            "model.max_length=96", "data.max_cards=8", "device=cpu", "data.dev_fraction=0.34",
                                            *extra])
@@ -44,7 +44,7 @@ def scorer_dir(run_dir, tmp_path_factory) -> Path:
     from damc.scorer.export import main
 
     out = tmp_path_factory.mktemp("scorer") / "scorer"
-    with initialize(config_path="../configs", version_base="1.3"):
+    with initialize(config_path="../../configs", version_base="1.3"):
         cfg = compose("export", overrides=[f"run_dir={run_dir}", f"out={out}", "fp32=true", "int8=false",
                                            "encoder=null"])  # the default export: test_light_runtime
     res = main(cfg)
@@ -185,7 +185,7 @@ def test_labels_with_missing_columns_name_them(tmp_path):
 
 
 def test_real_configs_compose_with_experiment_and_logger_groups(tmp_path):
-    with initialize(config_path="../configs", version_base="1.3"):
+    with initialize(config_path="../../configs", version_base="1.3"):
         cfg = compose("train", overrides=["data.labels=x", f"out_dir={tmp_path}", "experiment=synthetic",
                                           "logger=none"])
     assert cfg.logger.name == "none" and cfg.model.name == "minilm-l6"
@@ -295,7 +295,7 @@ def test_shallow_student_trains_exports_and_scores(tmp_path):
     meta = json.loads((run / "train_meta.json").read_text())
     assert meta["kept_layers"] == [0, 5] and meta["normalization"]["kind"] == "symlog"
     assert json.loads((run / "model" / "config.json").read_text())["num_hidden_layers"] == 2
-    with initialize(config_path="../configs", version_base="1.3"):
+    with initialize(config_path="../../configs", version_base="1.3"):
         cfg = compose("export", overrides=[f"run_dir={run}", f"out={tmp_path / 's'}", "fp32=true", "encoder=null"])
     export(cfg)
     s = CardScorer.from_pretrained(tmp_path / "s", backend="torch")

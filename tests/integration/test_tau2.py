@@ -290,7 +290,7 @@ def test_gold_arguments_are_parsed_never_evaluated():
 def test_unknown_domain_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match=r"domain 'banking' \(tau2.domain\); expected one of retail, airline, telecom"):
         tau2.load_domain("banking")
-    with initialize(config_path="../configs", version_base="1.3"):
+    with initialize(config_path="../../configs", version_base="1.3"):
         cfg = compose(config_name="make_data", overrides=["source=tau2", "tau2.domain=mock", f"out_dir={tmp_path}"])
     with pytest.raises(ValueError, match="tau2.domain"):
         make_main(cfg)
@@ -310,7 +310,7 @@ def test_missing_package_names_the_pip_command(blocked, expected):
 
 
 def _cfg(out_dir, *overrides):
-    with initialize(config_path="../configs", version_base="1.3"):
+    with initialize(config_path="../../configs", version_base="1.3"):
         return compose(config_name="make_data", overrides=["source=tau2", "tau2.progress=false",
                                                            f"out_dir={out_dir}", *overrides])
 

@@ -167,7 +167,7 @@ def test_sample_is_seeded_and_sample_is_telecom_only(dom):
 
 
 def _cfg(out_dir, *overrides):
-    with initialize(config_path="../configs", version_base="1.3"):
+    with initialize(config_path="../../configs", version_base="1.3"):
         return compose(config_name="make_data", overrides=["source=tau2", "tau2.domain=telecom", "tau2.progress=false",
                                                            f"out_dir={out_dir}", *overrides])
 

@@ -30,7 +30,7 @@ def episodes_file(tmp_path_factory):
 
 
 def cfg_for(episodes, out, *extra):
-    with initialize(config_path="../configs", version_base="1.3"):
+    with initialize(config_path="../../configs", version_base="1.3"):
         return compose(config_name="label", overrides=[f"data.path={episodes}", f"out_dir={out}",
                                                        "max_decisions=4", "shard_size=2", *extra])
 
