@@ -13,9 +13,6 @@ import re
 import pytest
 
 pytestmark = pytest.mark.slow
-# shorter synthetic episodes than the demo's 40-70 messages (fewer cards to embed, index and label)
-SHORT_EPISODES = ("+synthetic.min_messages=10", "+synthetic.max_messages=40", "+synthetic.min_threads=1",
-                  "+synthetic.max_threads=2", "+synthetic.min_fillers=1", "+synthetic.max_fillers=2")
 
 
 def test_demo_pipeline_runs_every_stage_and_resumes(tmp_path, capsys):
@@ -23,9 +20,8 @@ def test_demo_pipeline_runs_every_stage_and_resumes(tmp_path, capsys):
 
     out = tmp_path / "demo"
     overrides = [
-        f"out_dir={out}", "data.n_episodes=10", "data.overrides=[" + ",".join(f"'{o}'" for o in SHORT_EPISODES) + "]",
-        "label.n_episodes=2", "label.calls_per_episode=3",
-        "label.overrides=['data.tool_calls_only=true','memory.max_candidates=3']",
+        f"out_dir={out}", "data.n_episodes=10", "label.n_episodes=2", "label.calls_per_episode=4",
+        "label.overrides=['data.tool_calls_only=true','memory.max_candidates=8']",
         "train.overrides=['trainer=tiny','logger=none','model.max_length=96','data.max_cards=6','data.dev_fraction=0.5']",
         "evaluate.policies=[window,bm25,damc,oracle]", "evaluate.budgets=[256]",
         "evaluate.overrides=['max_decisions=2','data.tool_calls_only=true','n_boot=50']"]
@@ -80,13 +76,14 @@ def test_the_small_tau2_study_runs_end_to_end_and_resumes(tau2_study):
     assert {"window@512", "bm25@512", "bm25@512/k2", "damc@512", "damc@512/k2", "oracle@512"} <= set(res["policies"])
     assert {p["n_decisions"] for p in res["policies"].values()} == {2}          # the test split's max_decisions
     ops = json.loads((tmp_path / "eval" / "tau2_retail" / "test" / "operating_points.json").read_text())
-    assert ops["chosen_on"] == "tau2_retail" and set(ops["points"]) == {"window", "bm25", "damc", "oracle"}
+    # every profile runs `full` and `rrf` (issue 31): the unlearned baseline each learned policy is judged against
+    assert ops["chosen_on"] == "tau2_retail" and set(ops["points"]) == {"window", "full", "bm25", "rrf", "damc", "oracle"}
     dev = json.loads((tmp_path / "eval" / "tau2_retail" / "dev" / "results.json").read_text())
     assert {p["n_decisions"] for p in dev["policies"].values()} == {1}          # the profile's dev_overrides
     labels = json.loads((tmp_path / "labels" / "tau2_retail" / "summary.json").read_text())
     assert labels["planned_decisions"] == 4 and 0 < labels["cards"] <= 2 * labels["decisions"]   # max_candidates=2
     report = (tmp_path / "report.md").read_text()
-    assert report.startswith("### tau2_retail") and "Operating points (chosen on the dev split)" in report
+    assert report.startswith("### tau2_retail") and "| rrf |" in report and "Operating points (chosen on the dev split)" in report
     assert "Pareto front" in report and "Stage times" in report and "| **damc** |" in report
     assert run_study(cfg)["timings_s"] == {}                        # a rerun: every stage done with these settings
 

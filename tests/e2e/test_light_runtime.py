@@ -7,6 +7,7 @@ extras in a fresh venv and runs the docs/runtime.md agent loop there.
 """
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -255,8 +256,10 @@ def test_wheel_without_extras_runs_the_runtime_example(tmp_path):
     shutil.copytree(ROOT / "damc", src / "damc", ignore=shutil.ignore_patterns("__pycache__"))
     dist, venv = tmp_path / "dist", tmp_path / "venv"
 
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}   # the fresh venv's damc, nothing else
+
     def sh(*cmd: str) -> str:
-        proc = subprocess.run(list(cmd), capture_output=True, text=True, cwd=tmp_path, timeout=1500)
+        proc = subprocess.run(list(cmd), capture_output=True, text=True, cwd=tmp_path, timeout=1500, env=env)
         assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
         return proc.stdout
 
