@@ -83,7 +83,7 @@ def test_the_small_tau2_study_runs_end_to_end_and_resumes(tau2_study):
     labels = json.loads((tmp_path / "labels" / "tau2_retail" / "summary.json").read_text())
     assert labels["planned_decisions"] == 4 and 0 < labels["cards"] <= 2 * labels["decisions"]   # max_candidates=2
     report = (tmp_path / "report.md").read_text()
-    assert report.startswith("### tau2_retail") and "rrf" in report and "Operating points (chosen on the dev split)" in report
+    assert report.startswith("### tau2_retail") and "rrf" in report and "operating point (chosen on the dev split)" in report
     assert "Pareto front" in report and "Stage times" in report and "| **damc** |" in report
     assert run_study(cfg)["timings_s"] == {}                        # a rerun: every stage done with these settings
 
