@@ -34,7 +34,7 @@ import numpy as np
 
 from damc.cards import Card
 from damc.runtime.index import CardIndex
-from damc.runtime.pgschema import LOCK_KEY
+from damc.runtime.pgschema import LOCK_KEY, filters_sql
 from damc.runtime.pgstore import PgCardStore, scope_sql
 from damc.runtime.scope import DEFAULT_SCOPE, Scope
 from damc.runtime.store import StoreError
@@ -194,19 +194,12 @@ class PgCardIndex(CardIndex):
         self._ensure_vectors()
         cfg = self.store.config
         q = np.ascontiguousarray(query_vec, dtype=np.float32).reshape(-1)
-        conds, args = ["tier = 'hot'", "embedding IS NOT NULL"], ()
-        if scope is not None:
-            w, args = scope_sql(scope)
-            conds.append(w)
-        if session_id is not None:
-            conds.append("session_id = %s")
-            args = args + (session_id,)
-        where = " AND ".join(conds)
+        where, args = filters_sql(scope, "tier = 'hot'", "embedding IS NOT NULL", session_id=session_id)
         # `+ 0` hides the distance from the HNSW index, so the planner reads the scope's rows through its b-tree
         exact = (f"SELECT rowid, -(embedding <#> %s) FROM damc_cards WHERE {where} "
                  f"ORDER BY (embedding <#> %s) + 0 LIMIT %s")
         # the scope's size (its hot cards, counted on the scope b-tree up to a cap) and the table's (planner estimate)
-        count_where = " AND ".join(c for c in conds if c != "embedding IS NOT NULL")
+        count_where, _ = filters_sql(scope, "tier = 'hot'", session_id=session_id)   # same args: no fixed ones
         with self.store.transaction(read_only=True) as c:
             n, total = c.execute(
                 f"SELECT (SELECT count(*) FROM (SELECT 1 FROM damc_cards WHERE {count_where} LIMIT %s) s), "

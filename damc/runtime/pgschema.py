@@ -116,6 +116,20 @@ def scope_sql(scope: Scope) -> tuple[str, tuple[str, str]]:
     return where.replace("?", "%s"), args
 
 
+def filters_sql(scope: Scope | None, *fixed: str, **equal: Any) -> tuple[str, tuple[Any, ...]]:
+    """A `WHERE` body and its arguments: the `fixed` conditions, the scope's (when given) and `column = value` for
+    each keyword whose value is not None (e.g. `tier=None` means every tier)."""
+    conds, args = list(fixed) or ["TRUE"], ()
+    if scope is not None:
+        w, args = scope_sql(scope)
+        conds.append(w)
+    for column, value in equal.items():
+        if value is not None:
+            conds.append(f"{column} = %s")
+            args = args + (value,)
+    return " AND ".join(conds), args
+
+
 def migrate_v1_to_v2(c: Any) -> None:
     """Add `damc_events` inside the caller's transaction, back-filled from the cold and merged cards."""
     create(c)   # IF NOT EXISTS throughout: only the events table is new

@@ -40,7 +40,7 @@ from typing import Any, Iterator, Sequence
 
 from damc.cards import Card
 from damc.extras import requires
-from damc.runtime.pgschema import open_schema, scope_sql
+from damc.runtime.pgschema import filters_sql, open_schema, scope_sql
 from damc.runtime.pgsessions import PgSessionChains
 from damc.runtime.pgverbs import PgStoreVerbsMixin
 from damc.runtime.scope import DEFAULT_SCOPE, Scope
@@ -374,15 +374,9 @@ class PgCardStore(PgStoreVerbsMixin, PgSessionChains):
 
     def all_cards(self, tier: str | None = "hot", scope: Scope | None = None) -> list[StoredCard]:
         """Every card of a tier (None: all) of a scope (None: every scope — audits and tests, not retrieval)."""
-        conds, args = ["TRUE"], ()
-        if scope is not None:
-            w, args = scope_sql(scope)
-            conds.append(w)
-        if tier:
-            conds.append("tier = %s")
-            args = args + (tier,)
+        where, args = filters_sql(scope, tier=tier or None)
         return [self._stored(r) for r in self._query(
-            f"SELECT {self._COLS} FROM damc_cards WHERE {' AND '.join(conds)} ORDER BY rowid", args)]
+            f"SELECT {self._COLS} FROM damc_cards WHERE {where} ORDER BY rowid", args)]
 
     def stamp(self) -> dict[str, int]:
         """Hot card count, max rowid and the change counter (the last `seq` handed out)."""
@@ -405,14 +399,8 @@ class PgCardStore(PgStoreVerbsMixin, PgSessionChains):
 
     def count(self, tier: str | None = None, scope: Scope | None = None) -> int:
         """Cards of a tier (None: all) in a scope (None: the whole store)."""
-        conds, args = ["TRUE"], ()
-        if scope is not None:
-            w, args = scope_sql(scope)
-            conds.append(w)
-        if tier is not None:
-            conds.append("tier = %s")
-            args = args + (tier,)
-        return int(self._query("SELECT count(*) FROM damc_cards WHERE " + " AND ".join(conds), args)[0][0])
+        where, args = filters_sql(scope, tier=tier)
+        return int(self._query(f"SELECT count(*) FROM damc_cards WHERE {where}", args)[0][0])
 
     def integrity_check(self) -> str:
         """"ok" when every row's JSON parses into a card with the row's id (an audit that reads every card)."""
