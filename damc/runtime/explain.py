@@ -117,7 +117,8 @@ class Explanation:
             f"valuer {d.get('valuer', '?')}, selector {d.get('selector', '?')}" + _selector_params(d),
         ]
         if self.floor:
-            lines.append(f"{len(self.floor)} of {len(self.kept)} kept cards marked [floor]: {self.floor_reason()}")
+            lines.append(f"{len(self.floor)} of {len(self.kept)} kept cards marked [floor]: "
+                         f"{self.floor_reason().removeprefix('floor: ')}")
         if self.not_cross_encoded:
             lines.append(f"{len(self.not_cross_encoded)} of {d['n_candidates']} candidates marked [nce]: "
                          f"{NOTES[NOT_CROSS_ENCODED]}")
