@@ -106,30 +106,44 @@ def _ranks(pred: np.ndarray, groups: np.ndarray) -> np.ndarray:
 def choose_k_min(pred: np.ndarray, delta: np.ndarray, groups: np.ndarray, min_delta: float,
                  tau: float | None = None) -> tuple[int, dict[str, Any]]:
     """The floor: the `k` whose top-k rule (each decision's `k` best predicted cards, whatever their value) has the
-    best F1 for `delta ≥ min_delta` over the decisions pooled; ties go to the smaller `k`.
+    best F1 for `delta ≥ min_delta` over the decisions pooled (ties: the smaller `k`), capped — when τ is given —
+    at the number of cards τ keeps in the median decision of the same rows (at least 1).
 
     The top-k rule reads only the ranking, not the value scale, so it is the part of the scorer that carries over
-    to a domain where τ does not. 0 when no card qualifies (no floor to learn). The report gives the chosen rule's
-    F1, the F1 of τ with the floor (`pred ≥ τ` or among the best `k_min`) and of τ alone, on the same rows.
+    to a domain where τ does not. The cap keeps the floor a floor: where the teacher says most cards matter, the
+    best top-k rule keeps nearly all of them, and a floor that large would overrule τ in every decision; capped,
+    it restores about as many cards as τ keeps in a typical decision of the domains it was chosen on. 0 when no
+    card qualifies (no floor to learn). The report gives the uncapped best `k`, the cap, the chosen rule's F1,
+    and the F1 of τ with the floor (`pred ≥ τ` or among the best `k_min`) and of τ alone, on the same rows.
     """
     pred, delta, groups = np.asarray(pred, dtype=float), np.asarray(delta, dtype=float), np.asarray(groups)
     positive = delta >= min_delta
     if not positive.any() or len(pred) == 0:
         return 0, {"k_min": 0, "f1_top_k": 0.0, "chosen_by": "no card reaches min_delta"}
+
+    def f1(keep: np.ndarray) -> float:
+        return 2 * float((keep & positive).sum()) / max(int(keep.sum() + positive.sum()), 1)
+
     rank = _ranks(pred, groups)
     best_k, best_f1 = 0, -1.0
     for k in range(1, int(rank.max()) + 2):
-        keep = rank < k
-        f1 = 2 * float((keep & positive).sum()) / max(keep.sum() + positive.sum(), 1)
-        if f1 > best_f1 + 1e-12:
-            best_k, best_f1 = k, f1
-    report: dict[str, Any] = {"k_min": best_k, "f1_top_k": best_f1,
-                              "chosen_by": "max F1 of the top-k rule (ties: fewer cards)"}
+        f = f1(rank < k)
+        if f > best_f1 + 1e-12:
+            best_k, best_f1 = k, f
+    report: dict[str, Any] = {"top_k_best": best_k, "f1_top_k_best": best_f1,
+                              "chosen_by": "max F1 of the top-k rule (ties: fewer cards), capped at what τ keeps "
+                                           "in the median decision"}
+    k_min = best_k
     if tau is not None:
-        for name, keep in (("f1_threshold_and_floor", (pred >= tau) | (rank < best_k)),
-                           ("f1_threshold_alone", pred >= tau)):
-            report[name] = 2 * float((keep & positive).sum()) / max(keep.sum() + positive.sum(), 1)
-    return best_k, report
+        import pandas as pd
+
+        kept_by_tau = pd.Series(pred >= tau).groupby(groups).sum()
+        cap = max(1, int(np.median(kept_by_tau.to_numpy())))
+        k_min = min(best_k, cap)
+        report |= {"cap_median_kept_by_tau": cap, "f1_threshold_and_floor": f1((pred >= tau) | (rank < k_min)),
+                   "f1_threshold_alone": f1(pred >= tau)}
+    report |= {"k_min": k_min, "f1_top_k": f1(rank < k_min)}
+    return k_min, report
 
 
 MIN_HELDOUT_DECISIONS = 5   # fewer held-out decisions than this: fit on the training rows instead (with a warning)

@@ -123,7 +123,7 @@ def test_choose_k_min_picks_the_top_k_rule_with_the_best_f1_whatever_the_scale()
     delta = np.tile([0.5, 0.4, 0.0, 0.0, 0.0, 0.0], 3)
     groups = np.repeat(["a", "b", "c"], 6)
     k, rep = choose_k_min(pred, delta, groups, 0.3)
-    assert k == 2 and rep["f1_top_k"] == pytest.approx(1.0)
+    assert k == 2 == rep["top_k_best"] and rep["f1_top_k"] == pytest.approx(1.0)
     # τ = 5 fits decision a's scale only: it keeps none of b and all of c; the floor gives b its two best back
     k, rep = choose_k_min(pred, delta, groups, 0.3, tau=5.0)
     assert k == 2 and rep["f1_threshold_alone"] == pytest.approx(8 / 14)    # kept 8, 4 of the 6 that matter
@@ -132,6 +132,10 @@ def test_choose_k_min_picks_the_top_k_rule_with_the_best_f1_whatever_the_scale()
     delta[2] = 0.5
     assert choose_k_min(pred, delta, groups, 0.3)[0] == 2
     assert choose_k_min(pred, np.zeros(18), groups, 0.3)[0] == 0          # nothing matters: no floor to learn
+    # every card matters: the best top-k rule keeps all six, capped at what τ keeps in the median decision (2)
+    k, rep = choose_k_min(pred, np.ones(18), groups, 0.3, tau=5.0)
+    assert (rep["top_k_best"], rep["cap_median_kept_by_tau"], k) == (6, 2, 2)
+    assert choose_k_min(pred, np.ones(18), groups, 0.3, tau=1e9)[0] == 1    # τ keeps none: a floor of one
 
 
 def test_tau_and_k_min_are_chosen_on_the_pooled_dev_of_every_domain():
