@@ -179,6 +179,10 @@ class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
         if compressor is None and self.config.compressor not in COMPRESSORS:
             raise ValueError(f"MemoryConfig.compressor must be one of {sorted(COMPRESSORS)}, "
                              f"got {self.config.compressor!r}")
+        if self.config.k_min is not None and (isinstance(self.config.k_min, bool) or
+                                              not isinstance(self.config.k_min, int) or self.config.k_min < 0):
+            raise ValueError(f"MemoryConfig.k_min must be a whole number of cards ≥ 0 (0: no floor) or None (the "
+                             f"scorer's own), got {self.config.k_min!r}")
         if self.config.on_mismatch not in ON_MISMATCH:
             raise ValueError(f"MemoryConfig.on_mismatch must be one of {ON_MISMATCH}, got {self.config.on_mismatch!r}")
         self._tokenizer_spec = tokenizer

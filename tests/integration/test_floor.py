@@ -66,5 +66,6 @@ def test_the_floor_respects_the_budget_and_k_min_0_restores_the_threshold_alone(
     assert starved.selected == [] and starved.memory_tokens == 0 and starved.k_min == 0
     assert all(d.reason == "below_threshold" for d in starved.dropped)
     assert "[floor]" not in str(Explanation.from_context(starved))
-    with pytest.raises(ValueError, match="k_min must be a whole number"):
-        _memory(k_min=-2)
+    for bad in (-2, 1.5):
+        with pytest.raises(ValueError, match=r"MemoryConfig.k_min must be a whole number of cards"):
+            _memory(k_min=bad)
