@@ -82,3 +82,16 @@ def test_the_default_selector_reads_the_typed_threshold():
     assert default_selector(Valuer(), MemoryConfig(k_min=None)).k_min == 2
     Valuer.combiner = None
     assert isinstance(default_selector(Valuer()), TopK)
+
+
+def test_the_damc_policy_keeps_the_scorers_floor_under_a_swept_threshold(tmp_path):
+    """The harness's `damc` measures the product: a swept threshold keeps the scorer's floor (`k_min`), as
+    `default_selector` does in `DecisionAwareMemory`; other card policies' thresholds have none."""
+    from damc.eval.policies import BM25Policy, DAMCPolicy
+    from damc.eval.policy_base import Setting
+
+    (tmp_path / META_FILE).write_text(json.dumps({**FORMAT_1, "threshold": 0.3, "k_min": 3, "format_version": 3}))
+    sel = DAMCPolicy(scorer=str(tmp_path)).selector(Setting(budget=500, top_k=4, threshold=0.9))
+    assert (sel.min_value, sel.k, sel.k_min) == (0.9, 4, 3)
+    assert BM25Policy().selector(Setting(budget=500, top_k=4, threshold=0.9)).k_min == 0
+    assert DAMCPolicy(scorer=str(tmp_path)).selector(Setting(budget=500, top_k=4)).k == 4
