@@ -57,6 +57,26 @@ def memory_fingerprint(memory: Mapping[str, Any] | None, always: tuple[str, ...]
     return {k: v for k, v in memory.items() if k in always or k not in _DEFAULTS or _DEFAULTS[k] != v}
 
 
+def as_spelled_before(cfg: Any) -> dict[str, Any]:
+    """A composed config (`DictConfig`, resolved) as a plain dict laid out as the YAML files spelled it before the
+    schemas: `memory` holds `memory_fingerprint`'s keys in the old order (evaluate: first, `max_scored` leading),
+    make_data's `tau2` comes last. The pipeline's stage fingerprints hash this view, so the stages of a study or
+    demo run made before still count as done (`damc.pipeline.stages.fingerprint`)."""
+    from omegaconf import OmegaConf
+
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    if isinstance(plain.get("memory"), dict):
+        evaluate = "policies" in plain   # evaluate.yaml's `memory: {max_scored}` came first, before the group's keys
+        keys = ("max_scored", *LABEL_MEMORY_KEYS) if evaluate else LABEL_MEMORY_KEYS
+        mem = memory_fingerprint(plain["memory"], keys)
+        plain["memory"] = {**{k: mem[k] for k in keys if k in mem}, **{k: v for k, v in mem.items() if k not in keys}}
+        if evaluate:
+            plain = {"memory": plain.pop("memory"), **plain}
+    if isinstance(plain.get("tau2"), dict) and "source" in plain:   # make_data.yaml's last section
+        plain["tau2"] = plain.pop("tau2")
+    return plain
+
+
 def register() -> bool:
     """Store the schemas in Hydra's ConfigStore (idempotent); False when Hydra is not installed."""
     try:

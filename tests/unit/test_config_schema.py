@@ -108,3 +108,19 @@ def test_the_runtime_imports_neither_hydra_nor_omegaconf():
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             offenders += [f"{p.name}: {n}" for n in names if n.split(".")[0] in ("hydra", "omegaconf")]
     assert not offenders, offenders
+
+
+@pytest.mark.parametrize("key,name,overrides,expected", [
+    ("data", "make_data", ["out_dir=/r/data", "source=tau2", "tau2.domain=retail", "split.train=0.5",
+                             "seed=0"], "f918b9014ea6c6ab"),
+    ("label", "label", ["data.path=/r/li.jsonl", "out_dir=/r/labels", "data.tool_calls_only=true",
+                        "memory.max_candidates=4"], "4d75657093630b46"),
+    ("evaluate", "evaluate", ["data.path=/r/test.jsonl", "out_dir=/r/eval", "memory.max_candidates=4",
+                              "sweep.top_k=[2]", "n_boot=200"], "d8622fce03257706"),
+])
+def test_stage_fingerprints_are_the_ones_made_before_the_schema(key, name, overrides, expected):
+    """Captured from `damc.pipeline.stages.fingerprint` before the schemas: a study or demo run made then finds
+    its stages done (the hash reads `damc.configs.as_spelled_before`, not the schema's full `memory`)."""
+    from damc.pipeline.stages import compose_stage, fingerprint
+
+    assert fingerprint(key, compose_stage(name, overrides), "x") == expected
