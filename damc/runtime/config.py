@@ -1,5 +1,6 @@
-"""`MemoryConfig`: the settings of a `DecisionAwareMemory` (`damc.runtime.memory`); configs/memory/default.yaml and
-configs/evaluate.yaml's `memory:` set the same fields for the labels and the A/B harness."""
+"""`MemoryConfig`: the settings of a `DecisionAwareMemory` (`damc.runtime.memory`) and the one home of their
+defaults: `damc.configs` registers it (plus the retrieval `encoder`) as the Hydra schema of the labels' and the A/B
+harness's `memory:` node, whose YAML (configs/memory/default.yaml) holds only overrides. No Hydra here."""
 
 from __future__ import annotations
 
