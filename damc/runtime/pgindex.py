@@ -42,7 +42,6 @@ from damc.runtime.store import StoreError
 logger = logging.getLogger(__name__)
 
 MAX_EF_SEARCH = 1000    # pgvector's upper bound for hnsw.ef_search
-COUNT_CAP = 1_000_000   # a search counts the scope's cards up to this many (index-only) to pick its path
 
 
 class PgCardIndex(CardIndex):
@@ -198,16 +197,23 @@ class PgCardIndex(CardIndex):
         # `+ 0` hides the distance from the HNSW index, so the planner reads the scope's rows through its b-tree
         exact = (f"SELECT rowid, -(embedding <#> %s) FROM damc_cards WHERE {where} "
                  f"ORDER BY (embedding <#> %s) + 0 LIMIT %s")
-        # the scope's size (its hot cards, counted on the scope b-tree up to a cap) and the table's (planner estimate)
+        # the scope's size: its hot cards counted on the scope b-tree, but only as far as the path choice needs (the
+        # exact path's `exact_max`, and the share below which 1000 HNSW candidates cannot hold k of its cards); a
+        # bigger scope is sized by the planner's estimate, so a search never counts a million-card scope row by row
         count_where, _ = filters_sql(scope, "tier = 'hot'", session_id=session_id)   # same args: no fixed ones
         with self.store.transaction(read_only=True) as c:
-            n, total = c.execute(
-                f"SELECT (SELECT count(*) FROM (SELECT 1 FROM damc_cards WHERE {count_where} LIMIT %s) s), "
-                "(SELECT reltuples::bigint FROM pg_class WHERE oid = 'damc_cards'::regclass)",
-                args + (COUNT_CAP,)).fetchone()
+            total = int(c.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = 'damc_cards'::regclass"
+                                  ).fetchone()[0] or 0)
+            cap = max(cfg.exact_max, math.ceil(k * max(total, 1) / MAX_EF_SEARCH)) + 1
+            n = int(c.execute(f"SELECT count(*) FROM (SELECT 1 FROM damc_cards WHERE {count_where} LIMIT %s) s",
+                              args + (cap,)).fetchone()[0])
             if n == 0:
                 return empty
-            total = max(int(n), int(total or 0))
+            if n >= cap:   # a big scope: the planner's row estimate (statistics, no scan) sizes its ef_search
+                plan = c.execute(f"EXPLAIN (FORMAT JSON) SELECT 1 FROM damc_cards WHERE {count_where}",
+                                 args).fetchone()[0]
+                n = max(n, int(plan[0]["Plan"]["Plan Rows"]))
+            total = max(n, total)
             iterative = _version(self.store.pgvector_version) >= (0, 8)
             # a filtered HNSW scan sees about ef · n / total of the scope's cards; without pgvector 0.8's iterative
             # scans it cannot look further, so a scope too small to fill k from MAX_EF_SEARCH candidates goes exact

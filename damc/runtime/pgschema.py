@@ -39,7 +39,6 @@ PG_SCHEMA_VERSION = 3   # 1: cards / sessions / contexts / meta, the vector colu
 #                         3: session hash chains
 LOCK_KEY = 0x44414D43   # pg_advisory_xact_lock key ("DAMC") held while creating or changing the layout
 MAX_EF_SEARCH = 1000    # pgvector's upper bound for hnsw.ef_search
-COUNT_CAP = 1_000_000   # a search counts the scope's cards up to this many (index-only) to pick its path
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS damc_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
