@@ -321,7 +321,9 @@ def main(cfg: Any) -> dict[str, Any]:
 
     check_render(cfg.get("render", "template"))   # before anything is written
     t0 = time.perf_counter()
-    state = PartialState()
+    # `accelerate launch --cpu` / ACCELERATE_USE_CPU=true under torchrun: several CPU processes (gloo); PartialState
+    # reads that flag only when told, else each process would think it is alone and label everything
+    state = PartialState(cpu=os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes"))
     rank, world = state.process_index, state.num_processes
     out = _prepare_out_dir(cfg, state)
     decisions = plan_decisions(cfg.data.path, cfg.data.tool_calls_only, cfg.max_decisions,

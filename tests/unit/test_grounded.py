@@ -148,3 +148,22 @@ def test_lambda_is_chosen_on_the_dev_episodes_by_the_documented_criterion():
     # a caller's criterion (e.g. a student's dev metric) decides instead
     lam2, _ = choose_lambda(teacher, grounded, grid=(0.0, 0.05, 0.2, 1.0), criterion=lambda rows, lam: -abs(lam - 0.2))
     assert lam2 == 0.2
+
+
+def test_hybrid_refuses_label_sets_of_other_settings(tmp_path):
+    from damc.teacher.hybrid import check_same_settings
+
+    a, b = tmp_path / "a.jsonl", tmp_path / "copy" / "a.jsonl"
+    b.parent.mkdir()
+    a.write_text("{}\n")
+    b.write_text("{}\n")
+    for name, data, top_n in (("t", a, 16), ("g", b, 16), ("g2", b, 8)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "label_config.json").write_text(json.dumps(
+            {"data": str(data), "memory": {"top_n": top_n}, "render_version": "3"}))
+    check_same_settings(tmp_path / "t", tmp_path / "g")              # a copied split: same bytes, accepted
+    with pytest.raises(ValueError, match="'memory'"):
+        check_same_settings(tmp_path / "t", tmp_path / "g2")
+    b.write_text('{"other": 1}\n')
+    with pytest.raises(ValueError, match="'data'"):
+        check_same_settings(tmp_path / "t", tmp_path / "g")
