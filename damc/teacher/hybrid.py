@@ -137,11 +137,12 @@ def proxy_criterion(k: int = 4) -> Callable[[Any, Any, Any], dict[str, float]]:
 
 def choose_lambda(teacher: Any, grounded: Any, grid: Sequence[float] = DEFAULT_GRID, dev_fraction: float = 0.2,
                   split_seed: int = 0, min_cards: int = 2, criterion: Callable[..., Any] | None = None,
-                  k: int = 4) -> tuple[float, list[dict[str, Any]]]:
+                  k: int = 4, grounded_only: bool = True) -> tuple[float, list[dict[str, Any]]]:
     """λ from `grid` by a dev criterion; returns `(λ, one row per λ of the table)`.
 
     `criterion=None`: the proxy of the module docstring (`proxy_criterion`), choosing `argmax min(S, K)`. Else a
-    callable `criterion(hybrid_rows_of_dev, lam) -> float` (higher is better), e.g. a student's dev metric.
+    callable `criterion(hybrid_rows_of_dev, lam) -> float` (higher is better), e.g. a student's dev metric. The dev
+    episodes are those the scorer would hold out of the hybrid set (`grounded_only` as `hybrid_frame`'s).
 
     Raises:
         ValueError: an empty or negative grid, or no dev decision with teacher labels.
@@ -149,7 +150,7 @@ def choose_lambda(teacher: Any, grounded: Any, grid: Sequence[float] = DEFAULT_G
     if not grid or any(not x >= 0 for x in grid):
         raise ValueError(f"hybrid: the λ grid must be non-empty and non-negative, got {list(grid)}")
     t, g = _frame(teacher), _frame(grounded)
-    full, _ = hybrid_frame(t, g, 0.0)
+    full, _ = hybrid_frame(t, g, 0.0, grounded_only)
     dev = _dev_decisions(full, dev_fraction, split_seed, min_cards)
     t_dev, g_dev = t[t.decision_id.isin(dev)], g[g.decision_id.isin(dev)]
     if t_dev.empty:
@@ -157,7 +158,8 @@ def choose_lambda(teacher: Any, grounded: Any, grid: Sequence[float] = DEFAULT_G
     table: list[dict[str, Any]] = []
     if criterion is not None:
         for lam in grid:
-            table.append({"lam": float(lam), "score": float(criterion(hybrid_frame(t_dev, g_dev, lam)[0], lam))})
+            table.append({"lam": float(lam),
+                          "score": float(criterion(hybrid_frame(t_dev, g_dev, lam, grounded_only)[0], lam))})
         best = max(table, key=lambda r: (r["score"] if math.isfinite(r["score"]) else -math.inf, -r["lam"]))
         return best["lam"], table
     f = proxy_criterion(k)
@@ -256,7 +258,7 @@ def write_hybrid(teacher_dir: Any, grounded_dir: Any, out_dir: Any, lam: float |
     t, g = _frame(teacher_dir), _frame(grounded_dir)
     table = None
     if lam == "auto":
-        lam, table = choose_lambda(t, g, grid, dev_fraction, split_seed)
+        lam, table = choose_lambda(t, g, grid, dev_fraction, split_seed, grounded_only=grounded_only)
     lam = float(lam)
     rows, counts = hybrid_frame(t, g, lam, grounded_only)
     shard_dir.mkdir(parents=True, exist_ok=True)
