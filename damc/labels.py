@@ -27,7 +27,9 @@ Example:
 
 from __future__ import annotations
 
+import math
 import os
+import random
 import tempfile
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
@@ -240,3 +242,14 @@ def group_decisions(ds: Any, min_cards: int = 2) -> list[LabeledDecision]:
                                    g["delta"].astype(float).tolist(), g["card_position"].astype(int).tolist(),
                                    g["is_key"].fillna(False).astype(bool).tolist() if "is_key" in extra else None))
     return out
+
+
+def split_by_episode(decisions: Sequence[LabeledDecision], dev_fraction: float, seed: int
+                     ) -> tuple[list[LabeledDecision], list[LabeledDecision]]:
+    """Seeded episode-level split `(train, dev)`: every decision of an episode lands on the same side (the scorer's
+    split, `damc.scorer.train`; the hybrid labels choose their λ on its dev side)."""
+    episodes = sorted({d.episode_id for d in decisions})
+    random.Random(seed).shuffle(episodes)
+    n_dev = min(len(episodes) - 1, max(1, math.ceil(dev_fraction * len(episodes)))) if dev_fraction > 0 else 0
+    dev_eps = set(episodes[:n_dev])
+    return [d for d in decisions if d.episode_id not in dev_eps], [d for d in decisions if d.episode_id in dev_eps]

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import random
 from dataclasses import dataclass, field
@@ -35,22 +34,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from damc.labels import LabeledDecision, LabelFormatError, group_decisions, load_labels
+from damc.labels import LabeledDecision, LabelFormatError, group_decisions, load_labels, split_by_episode
 from damc.runtime.scorer import Normalization
 
 logger = logging.getLogger(__name__)
 
 # ----------------------------------------------------------------------------- data
-
-def split_by_episode(decisions: Sequence[LabeledDecision], dev_fraction: float, seed: int
-                     ) -> tuple[list[LabeledDecision], list[LabeledDecision]]:
-    """Seeded episode-level split: every decision of an episode lands on the same side."""
-    episodes = sorted({d.episode_id for d in decisions})
-    random.Random(seed).shuffle(episodes)
-    n_dev = min(len(episodes) - 1, max(1, math.ceil(dev_fraction * len(episodes)))) if dev_fraction > 0 else 0
-    dev_eps = set(episodes[:n_dev])
-    return [d for d in decisions if d.episode_id not in dev_eps], [d for d in decisions if d.episode_id in dev_eps]
-
 
 def fit_normalization(decisions: Sequence[LabeledDecision], clip: float, kind: str = "zscore") -> Normalization:
     """Train-split statistics of the (transformed) deltas."""
