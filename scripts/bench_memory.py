@@ -490,8 +490,12 @@ def bench_backend_search(place: BackendPlace, n: int, queries: int, k: int = 30,
             assert -1 not in got, f"{place.backend}: a card of another scope came back for scope {name}"
             exact = set(members[np.argsort(-(xm @ q))[:k]].tolist())
             recall.append(len(got & exact) / min(k, len(members)))
+        iterative = place.backend == "postgres" and tuple(
+            int(p) if p.isdigit() else 0 for p in str(store.pgvector_version).split(".")) >= (0, 8)
+        exact = place.backend == "postgres" and (len(members) <= store.config.exact_max or (
+            not iterative and 1000 * len(members) / n < k))   # PgCardIndex.search's path choice
         path = "FAISS " + type(index._index).__name__ if place.backend == "sqlite" else \
-            ("exact (scope b-tree)" if len(members) <= store.config.exact_max else
+            ("exact (scope b-tree)" if exact else
              f"HNSW, ef_search ≥ {store.config.ef_search} raised by the scope's share (m={store.config.hnsw_m})")
         out[name] = {"cards": int(len(members)), "path": path, "search_ms_k30": _pct(lat),
                      f"recall_at_{k}": round(float(np.mean(recall)), 3)}
