@@ -89,11 +89,10 @@ def test_loi_margin_estimator_through_config(episodes_file, tmp_path):
 def test_resume_after_sigkill_gives_the_uninterrupted_rows(tmp_path):
     from damc.data.synthetic import generate_episodes
 
-    # decisions deep in a synthetic episode all have candidates: two shards of one decision, so the kill lands
-    # after the first and the rerun writes the second
+    # decisions deep in a synthetic episode all have candidates: several shards, so the kill lands mid-run
     episodes_file = tmp_path / "eps.jsonl"
     write_episodes(episodes_file, generate_episodes(1, seed=5, progress=False))
-    opts = ["data.tool_calls_only=true", "memory.max_candidates=2", "max_decisions=2", "shard_size=1"]
+    opts = ["data.tool_calls_only=true", "memory.max_candidates=2", "max_decisions=4", "shard_size=1"]
     ref = tmp_path / "ref"
     main(cfg_for(episodes_file, ref, *opts))
     assert json.loads((ref / "summary.json").read_text())["decisions"] >= 2
