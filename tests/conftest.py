@@ -54,6 +54,25 @@ def label_sample_rows() -> list[dict]:
     return [json.loads(x) for x in LABEL_SAMPLE.read_text().splitlines()]
 
 
+# A tiny scorer run (trainer=tiny: 2 steps of 96-token pairs) on the label sample: train overrides shared by the tests
+TINY_TRAIN = ("trainer=tiny", "model.max_length=96", "data.max_cards=8", "device=cpu", "data.dev_fraction=0.34")
+
+
+@pytest.fixture(scope="session")
+def sample_run(tmp_path_factory) -> Path:
+    """One scorer training run on the real teacher label sample (Hydra `train`, `TINY_TRAIN`, W&B offline into the
+    run directory), shared by every test that needs a trained run and does not test training itself:
+    test_scorer_pipeline checks it (metrics, split, W&B, resume, export), test_evaluate exports it for the harness.
+    Tests copy it before changing anything in it."""
+    from damc.pipeline.stages import compose_stage
+    from damc.scorer.train import main
+
+    out = tmp_path_factory.mktemp("sample_run")
+    os.environ["WANDB_MODE"] = "offline"
+    main(compose_stage("train", [f"data.labels={LABEL_SAMPLE}", f"out_dir={out}", *TINY_TRAIN, "logger=wandb"]))
+    return out
+
+
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
     """Write label-like rows as JSONL (a label set the readers accept) and return the path."""
     import json

@@ -1,9 +1,9 @@
 """The A/B harness end to end with real small models: every policy, output files and schema, a failing
 policy, resumption after a kill, and the metrics it reports.
 
-The module builds its own tiny pipeline once through the real entry points (`make_data` → `label` →
-`train` → `export`, composed from the real Hydra configs and shrunk), so `damc_student` and `damc_knn`
-run on a real exported scorer and real teacher labels. Episodes are short synthetic ones (~1k tokens).
+The module builds its own tiny pipeline once through the real entry points (`make_data` → `export` of the session's
+`train` run on the real teacher label sample, composed from the real Hydra configs and shrunk), so `damc` and
+`damc_knn` run on a real exported scorer and real teacher labels. Episodes are short synthetic ones (~1k tokens).
 """
 
 import json
@@ -12,9 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import LABEL_SAMPLE
 from hydra import compose, initialize
 
-from damc.episodes import load_episodes, write_episodes
+from damc.episodes import load_episodes
 from damc.eval.metrics import exact_match, multiple_choice
 from damc.facts import parse_action
 from damc.ranking import bootstrap_ci, paired_bootstrap
@@ -32,39 +33,19 @@ def _compose(name: str, *overrides: str):
 
 
 @pytest.fixture(scope="module")
-def pipeline(tmp_path_factory) -> dict[str, Path]:
-    """Tiny data, labels, scorer through the real mains."""
+def pipeline(tmp_path_factory, sample_run) -> dict[str, Path]:
+    """Tiny test data through the real `make_data`; the session's scorer run (conftest.sample_run: Hydra `train` on
+    the real teacher label sample) exported through the real `export` as torch weights, and that label sample for
+    damc_knn. The teacher's labelling through `label` runs in test_teacher_label, the demo and the τ² study; the
+    teacher itself runs here in `damc_teacher`."""
     from damc.data.make import main as make_data
     from damc.scorer.export import main as export
-    from damc.scorer.train import main as train
-    from damc.teacher.label import main as label
 
     root = tmp_path_factory.mktemp("pipeline")
     make_data(_compose("make_data", "source=synthetic", "n_episodes=10", "seed=5", f"out_dir={root / 'data'}",
                        *TINY_SYNTH))
-    # the teacher labels the first few decisions of two training episodes (keeps the module fast on 2 cores)
-    train_eps = [_prefix(ep, n_calls=3) for ep in load_episodes(root / "data" / "train.jsonl")[:2]]
-    write_episodes(root / "label_input.jsonl", train_eps)
-    label(_compose("label", f"data.path={root / 'label_input.jsonl'}", f"out_dir={root / 'labels'}",
-                   "memory.max_candidates=4", "data.tool_calls_only=true"))
-    train(_compose("train", f"data.labels={root / 'labels'}", f"out_dir={root / 'run'}", "trainer=tiny",
-                   "model.max_length=96", "data.max_cards=8", "device=cpu", "logger=none", "data.dev_fraction=0.34"))
-    export(_compose("export", f"run_dir={root / 'run'}", f"out={root / 'scorer'}", "onnx=false"))  # torch weights
-    return {"root": root, "test": root / "data" / "test.jsonl", "labels": root / "labels", "scorer": root / "scorer"}
-
-
-def _prefix(ep, n_calls: int):
-    """The episode cut after the results of its first `n_calls` tool-calling assistant messages."""
-    from damc.episodes import Episode
-
-    seen, cut = 0, len(ep.messages)
-    for i, m in enumerate(ep.messages):
-        if m.get("role") == "assistant" and m.get("tool_calls"):
-            seen += 1
-            if seen == n_calls:
-                cut = i + 1 + len(m["tool_calls"])
-                break
-    return Episode(ep.episode_id, ep.messages[:cut], ep.domain, ep.tools)
+    export(_compose("export", f"run_dir={sample_run}", f"out={root / 'scorer'}", "onnx=false"))  # torch weights
+    return {"root": root, "test": root / "data" / "test.jsonl", "labels": LABEL_SAMPLE, "scorer": root / "scorer"}
 
 
 def _eval_cfg(p: dict[str, Path], out: Path, *overrides: str):

@@ -10,31 +10,25 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import LABEL_SAMPLE, TINY_TRAIN
 from hydra import compose, initialize
 
 from damc.cards import Card
 from damc.query import RENDER_VERSION, render_card
 
 ROOT = Path(__file__).resolve().parents[2]
-LABELS = ROOT / "data" / "samples" / "scorer_labels_sample.jsonl"
+LABELS = LABEL_SAMPLE
 
 
 def _train_cfg(out_dir: Path, *extra: str):
     with initialize(config_path="../../configs", version_base="1.3"):
-        return compose("train", overrides=[f"data.labels={LABELS}", f"out_dir={out_dir}", "trainer=tiny",
-                                           "model.max_length=96", "data.max_cards=8", "device=cpu", "data.dev_fraction=0.34",
-                                           *extra])
+        return compose("train", overrides=[f"data.labels={LABELS}", f"out_dir={out_dir}", *TINY_TRAIN, *extra])
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory) -> Path:
-    from damc.scorer.train import main
-
-    out = tmp_path_factory.mktemp("run")
-    os.environ["WANDB_MODE"] = "offline"
-    metrics = main(_train_cfg(out, "logger=wandb"))
-    assert metrics["train"]["global_step"] == 2
-    return out
+def run_dir(sample_run) -> Path:
+    """The session's training run on LABELS with `_train_cfg`'s settings and `logger=wandb` (conftest.sample_run)."""
+    return sample_run
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +49,7 @@ def scorer_dir(run_dir, tmp_path_factory) -> Path:
 
 def test_training_writes_model_split_and_fidelity_metrics(run_dir):
     m = json.loads((run_dir / "metrics.json").read_text())
+    assert m["train"]["global_step"] == 2                                # trainer=tiny
     meta = json.loads((run_dir / "train_meta.json").read_text())
     # held-out decisions come from held-out episodes only
     assert m["split"]["dev_episodes"] >= 1 and m["split"]["train_episodes"] >= 1
