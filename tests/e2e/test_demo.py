@@ -81,7 +81,7 @@ def test_the_small_tau2_study_runs_end_to_end_and_resumes(tau2_study):
     dev = json.loads((tmp_path / "eval" / "tau2_retail" / "dev" / "results.json").read_text())
     assert {p["n_decisions"] for p in dev["policies"].values()} == {1}          # the profile's dev_overrides
     labels = json.loads((tmp_path / "labels" / "tau2_retail" / "summary.json").read_text())
-    assert labels["planned_decisions"] == 3 and 0 < labels["cards"] <= 2 * labels["decisions"]   # max_candidates=2
+    assert labels["planned_decisions"] == 4 and 0 < labels["cards"] <= 2 * labels["decisions"]   # max_candidates=2
     report = (tmp_path / "report.md").read_text()
     assert report.startswith("### tau2_retail") and "rrf" in report and "operating point (chosen on the dev split)" in report
     assert "Pareto front" in report and "Stage times" in report and "| **damc** |" in report
@@ -114,21 +114,21 @@ def test_the_learning_curve_on_the_study_labels(tau2_study):
     from damc.pipeline.stages import compose_stage
 
     tmp_path, _, _ = tau2_study
-    curve = [TINY, f"out_dir={tmp_path}", "curve.sizes=[1,999]", "curve.dev=[tau2_retail]",
+    curve = [TINY, f"out_dir={tmp_path}", "curve.sizes=[2,999]", "curve.dev=[tau2_retail]",
              "curve.overrides=['data.tool_calls_only=true','budgets=[512]','sweep.top_k=[2]','progress=false','n_boot=20']",
              "curve.setting=512/k2"]    # every dev decision: a small seeded sample may hold no key decision to score
     out3 = run_study(compose_stage("study", curve))
-    assert set(out3["timings_s"]) == {"evaluate.all.tau2_retail", "train.n1", "export.n1", "evaluate.n1.tau2_retail"}
+    assert set(out3["timings_s"]) == {"evaluate.all.tau2_retail", "train.n2", "export.n2", "evaluate.n2.tau2_retail"}
     saved = json.loads((tmp_path / "curve" / "curve.json").read_text())
     sizes = [p["train_decisions"] for p in saved["points"]]
     study_n = json.loads((tmp_path / "run" / "metrics.json").read_text())["split"]["train_decisions"]
-    assert sizes == [1, study_n] and study_n > 1                    # 999 > what the labels hold: the study's point
+    assert sizes == [2, study_n] and study_n > 2                    # 999 > what the labels hold: the study's point
     assert set(saved["points"][0]["dev"]["tau2_retail"]) == {"bm25", "similarity", "damc"}
     text = (tmp_path / "report.md").read_text()
     assert "## Learning curve" in text and "Dev `tau2_retail`" in text and (tmp_path / "curve" / "curve.png").exists()
     assert run_study(compose_stage("study", curve))["timings_s"] == {}
     with pytest.raises(ValueError, match="curve.dev"):
-        run_study(compose_stage("study", curve[:2] + ["curve.sizes=[1]", "curve.dev=[synthetic]"]))
+        run_study(compose_stage("study", curve[:2] + ["curve.sizes=[2]", "curve.dev=[synthetic]"]))
 
 
 def test_a_stage_made_with_another_render_version_is_not_reused(monkeypatch):
