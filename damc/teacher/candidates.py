@@ -31,13 +31,17 @@ class RuntimeCandidates:
         tokenizer: token counter of the memory (the teacher's tokenizer).
         memory: `MemoryConfig` fields (`top_n`, `recent`, `pinned`, `max_candidates`, ...) plus `encoder`;
             the A/B harness and the labels must use the same ones (configs/memory/default.yaml).
+        encoder: the loaded encoder of `memory["encoder"]` (`shared_encoder`), shared by the runtimes of many
+            episodes so that each does not load it again (None: the memory loads it by name).
     """
 
-    def __init__(self, episode: Episode, tokenizer: Any = None, memory: dict[str, Any] | None = None):
+    def __init__(self, episode: Episode, tokenizer: Any = None, memory: dict[str, Any] | None = None,
+                 encoder: Any = None):
         from damc.runtime.memory import DecisionAwareMemory, MemoryConfig
 
         cfg = dict(memory or {})
-        encoder = cfg.pop("encoder", DEFAULT_ENCODER)
+        name = cfg.pop("encoder", DEFAULT_ENCODER)
+        encoder = name if encoder is None else encoder
         self.episode = episode
         self.memory = DecisionAwareMemory(None, encoder=encoder, tokenizer=tokenizer, session_id=episode.episode_id,
                                           config=MemoryConfig(**cfg))
@@ -71,3 +75,12 @@ class RuntimeCandidates:
 
     def close(self) -> None:
         self.memory.close()
+
+
+def shared_encoder(memory: dict[str, Any] | None = None) -> Any:
+    """The encoder `memory["encoder"]` names, loaded once (as the runtime memory would load it, `encoder_backend`
+    included), to pass to every `RuntimeCandidates` of a run."""
+    from damc.runtime.encoder import choose_encoder, load_encoder
+
+    cfg = dict(memory or {})
+    return load_encoder(choose_encoder(cfg.get("encoder", DEFAULT_ENCODER), cfg.get("encoder_backend", "auto"), None))

@@ -105,13 +105,20 @@ def _fingerprint(cfg: Any) -> dict[str, Any]:
     estimator.pop("reuse_prefix", None)  # naive or reused: same deltas
     from damc.query import RENDER_VERSION
 
+    grounded = is_grounded(cfg)   # no model: the teacher's settings and its window do not enter
     return {"data": str(Path(cfg.data.path).resolve()), "tool_calls_only": bool(cfg.data.tool_calls_only),
             "per_episode": cfg.get("per_episode"), "sample_seed": cfg.get("sample_seed", 0),
             **({"per_episode_from": "decisions with a history"} if cfg.get("per_episode") is not None else {}),
-            "teacher": teacher, "estimator": estimator, "memory": OmegaConf.to_container(cfg.memory, resolve=True),
-            "max_context_tokens": cfg.max_context_tokens, "render_version": RENDER_VERSION,
+            **({} if grounded else {"teacher": teacher}), "estimator": estimator,
+            "memory": OmegaConf.to_container(cfg.memory, resolve=True),
+            **({} if grounded else {"max_context_tokens": cfg.max_context_tokens}), "render_version": RENDER_VERSION,
             **({"render": cfg.render} if cfg.get("render", "template") != "template" else {}),
-            "delta_units": "nats per action token"}
+            "delta_units": "grounded target (unitless)" if grounded else "nats per action token"}
+
+
+def is_grounded(cfg: Any) -> bool:
+    """Whether the configured estimator is the model-free `grounded` one (configs/estimator/grounded.yaml)."""
+    return str(cfg.estimator.get("_target_", "")).endswith(".Grounded")
 
 
 def _rows(dp: DecisionPoint, cards: list, res: Any, est_name: str, teacher_id: str,
@@ -178,7 +185,8 @@ def _prepare_out_dir(cfg: Any, state: Any) -> Path:
 
 
 def _build_labelers(cfg: Any, state: Any, need_teacher: bool) -> tuple[Any, Any]:
-    """`(teacher, estimator)` from the config groups; the teacher is None when nothing is left to label.
+    """`(teacher, estimator)` from the config groups; the teacher is None when nothing is left to label, and always
+    for the `grounded` estimator (no model is loaded).
 
     Under a multi-process launch with `teacher.device=auto`, each process's teacher uses its own device.
     """
@@ -188,7 +196,7 @@ def _build_labelers(cfg: Any, state: Any, need_teacher: bool) -> tuple[Any, Any]
     teacher_cfg = OmegaConf.to_container(cfg.teacher, resolve=True)
     if teacher_cfg.get("device") == "auto" and state.num_processes > 1:
         teacher_cfg["device"] = str(state.device)  # one device per process
-    teacher = hydra.utils.instantiate(teacher_cfg) if need_teacher else None
+    teacher = hydra.utils.instantiate(teacher_cfg) if need_teacher and not is_grounded(cfg) else None
     estimator = hydra.utils.instantiate(cfg.estimator, max_context_tokens=cfg.max_context_tokens,
                                         render=cfg.get("render", "template"))
     return teacher, estimator
@@ -198,27 +206,37 @@ def _new_stats() -> dict[str, Any]:
     """Per-process counters, written to `progress/rank-R.json` and summed into `summary.json`."""
     return {"decisions": 0, "cards": 0, "rows": 0, "skipped_no_cards": 0, "skipped_too_long": 0,
             "cards_dropped": 0, "key_decisions": 0, "key_labelled": 0, "forward_passes": 0, "forward_tokens": 0,
-            "naive_forward_tokens": 0, "passes_saved": 0.0, "shards": 0}
+            "naive_forward_tokens": 0, "passes_saved": 0.0, "shards": 0, "skipped_text_reply": 0,
+            "decisions_with_positive": 0}
 
 
 def _label_decision(dp: DecisionPoint, cards: list, teacher: Any, estimator: Any, est_name: str,
                     stats: dict[str, Any], features: dict[str, dict[str, float]] | None = None) -> list[dict[str, Any]]:
     """The label rows of one decision over the runtime's candidates `cards` (none without candidates or when the
-    context does not fit); updates `stats` (`key_labelled`: a key card of the decision among the labelled)."""
+    context does not fit); updates `stats` (`key_labelled`: a key card of the decision among the labelled).
+    A model-free estimator (`grounded`: `needs_teacher` False) gets the runtime's `features` and no teacher, and
+    skips text replies (no call, no target: `skipped_text_reply`)."""
     from damc.teacher.context import ContextTooLongError
 
+    model_free = not getattr(estimator, "needs_teacher", True)
+    if model_free and not dp.is_tool_call:
+        stats["skipped_text_reply"] += 1
+        return []
     if dp.key_card_ids:
         stats["key_decisions"] += 1
     if not cards:
         stats["skipped_no_cards"] += 1
         return []
     try:
-        res = estimator.estimate(teacher, dp, cards)
+        res = estimator.estimate(teacher, dp, cards, features=features) if model_free \
+            else estimator.estimate(teacher, dp, cards)
     except ContextTooLongError as e:
         logger.warning("skipped: %s", e)
         stats["skipped_too_long"] += 1
         return []
-    rows = _rows(dp, cards, res, est_name, teacher.model_id, features, estimator.context_cfg.render)
+    teacher_id = teacher.model_id if teacher is not None else est_name
+    rows = _rows(dp, cards, res, est_name, teacher_id, features, estimator.context_cfg.render)
+    stats["decisions_with_positive"] += any(r["delta"] > 0 for r in rows) if model_free else 0
     stats["decisions"] += 1
     stats["cards"] += len(rows)
     stats["key_labelled"] += any(r["is_key"] for r in rows)
@@ -227,7 +245,7 @@ def _label_decision(dp: DecisionPoint, cards: list, teacher: Any, estimator: Any
     stats["forward_tokens"] += res.n_forward_tokens
     naive = int(res.extra.get("naive_tokens", res.n_forward_tokens))
     stats["naive_forward_tokens"] += naive
-    stats["passes_saved"] += (naive - res.n_forward_tokens) / (naive / max(res.n_forward, 1))
+    stats["passes_saved"] += (naive - res.n_forward_tokens) / (naive / max(res.n_forward, 1)) if naive else 0.0
     return rows
 
 
@@ -238,21 +256,25 @@ def _label_all(cfg: Any, mine: list[tuple[int, DecisionPoint]], teacher: Any, es
     from omegaconf import OmegaConf
     from tqdm import tqdm
 
-    from damc.teacher.candidates import RuntimeCandidates
+    from damc.teacher.candidates import RuntimeCandidates, shared_encoder
 
     shard_dir, prog_dir = out / "shards", out / "progress"
     memory_cfg = OmegaConf.to_container(cfg.memory, resolve=True)
     stats = _new_stats()
     batch: list[dict[str, Any]] = []
     first, runtime = None, None
+    model_free = not getattr(estimator, "needs_teacher", True)
+    encoder = shared_encoder(memory_cfg) if mine else None      # loaded once, not once per episode
     bar = tqdm(mine, desc=f"label[{rank}]", unit="decision", disable=not show_progress or not mine)
     for n, (ordinal, dp) in enumerate(bar):
         if runtime is None or runtime.episode.episode_id != dp.episode.episode_id:
             if runtime is not None:
                 runtime.close()
-            runtime = RuntimeCandidates(dp.episode, teacher.tokenizer, memory_cfg)
+            # no teacher (grounded): the memory counts chars/4 — no effect on the candidates (unbounded budget)
+            runtime = RuntimeCandidates(dp.episode, getattr(teacher, "tokenizer", None), memory_cfg, encoder)
         first = ordinal if first is None else first
-        cards = runtime.at(dp)
+        # a text reply has no grounded target: skipped before the runtime is asked (its messages are fed later)
+        cards = [] if model_free and not dp.is_tool_call else runtime.at(dp)
         batch += _label_decision(dp, cards, teacher, estimator, estimator.name, stats, runtime.features)
         if (n + 1) % cfg.shard_size == 0 or n == len(mine) - 1:
             if batch:
@@ -281,7 +303,7 @@ def _write_summary(cfg: Any, out: Path, summary: dict[str, Any], stats: dict[str
             if k in stats:
                 summary[k] = summary.get(k, 0) + v if k != "wall_time_s" else max(summary.get(k, 0), v)
     summary["passes_saved"] = round(summary.get("passes_saved", 0.0), 1)
-    summary["teacher"] = getattr(teacher, "model_id", cfg.teacher.get("model"))
+    summary["teacher"] = "grounded" if is_grounded(cfg) else getattr(teacher, "model_id", cfg.teacher.get("model"))
     files = sorted(shard_dir.glob("part-*.parquet"))
     summary["total_rows"] = len(load_labels(out)) if files else 0
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
