@@ -232,7 +232,7 @@ class TokenCounter:
         package that ships no GGUF: `damc.pipeline.ship`). Returns the directory."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        self.backend.save(str(path / "tokenizer.json"))
+        self.backend.save(str(path / "tokenizer.json"), pretty=False)
         (path / "tokenizer_config.json").write_text(json.dumps(self.special_tokens, indent=2, sort_keys=True) + "\n")
         if self.chat_template:
             (path / "chat_template.jinja").write_text(self.chat_template)

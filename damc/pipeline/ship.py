@@ -9,7 +9,7 @@
                            checksums (SHA-256 of every other file: `damc.assets.verify_checksums`)
 
 Only what the light runtime reads is copied (no `vocab.txt`, `special_tokens_map.json`: `tokenizer.json` holds
-them). The directory is written beside the target and swapped in whole; the copy is loaded back as the runtime
+them), and `tokenizer.json` without indentation (checked to encode alike). The directory is written beside the target and swapped in whole; the copy is loaded back as the runtime
 loads it and its token counter checked against the source's counts before the swap.
 
 Fingerprints: a data split is the SHA-256 of its JSONL file (`make_data` writes byte-identical files for a seed);
@@ -34,7 +34,8 @@ from typing import Any
 
 SCORER_FILES = ("model_int8.onnx", "tokenizer.json", "tokenizer_config.json", "combiner.json")
 ENCODER_FILES = ("model_int8.onnx", "tokenizer.json", "tokenizer_config.json", "damc_encoder.json")
-KEY_METRICS = ("key_hit", "key_recall", "candidate_recall", "confuser_rate", "prompt_tokens", "n")
+KEY_METRICS = ("key_hit", "key_recall", "candidate_recall", "confuser_rate", "all_values", "prompt_confuser_rate",
+               "prompt_tokens", "n_decisions", "n_key_decisions")
 PROBE_TEXTS = ("Where is order #W2378156? It never arrived.", "héllo wörld\n\n\ttabs", "日本語 123456789",
                '{"order_id": "#W2378156", "item_ids": ["1008292230"]}')
 
@@ -90,22 +91,37 @@ def dev_figures(evals: dict[str, Any], setting: str) -> dict[str, dict[str, dict
 
 
 def figures_table(figures: dict[str, dict[str, dict[str, Any]]], setting: str) -> str:
-    """Markdown: key hit (candidate recall) per dev split and policy at `setting`."""
+    """Markdown: key hit (candidate recall in brackets) per dev split and policy at `setting`."""
     policies = list(dict.fromkeys(p for d in figures.values() for p in d))
-    lines = [f"| dev split ({setting}) | " + " | ".join(f"`{p}`" for p in policies) + " | n |",
+    lines = [f"| dev split ({setting}) | " + " | ".join(f"`{p}`" for p in policies) + " | decisions with key cards |",
              "|---|" + "---:|" * (len(policies) + 1)]
     for name, d in figures.items():
-        cells = [f"{d[p]['key_hit']:.3f}" if p in d and d[p].get("key_hit") is not None else "–" for p in policies]
-        n = next((d[p].get("n") for p in policies if p in d), "–")
+        cells = [f"{d[p]['key_hit']:.3f} ({d[p]['candidate_recall']:.2f})" if p in d and d[p].get("key_hit") is not None
+                 and d[p].get("candidate_recall") is not None else "–" for p in policies]
+        n = next((d[p].get("n_key_decisions") for p in policies if p in d), "–")
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {n} |")
     return "\n".join(lines) + "\n"
 
 
 def _copy(src: Path, dst: Path, names: tuple[str, ...]) -> None:
+    """Copy the named files; `tokenizer.json` is rewritten without indentation (the same JSON, a third smaller)."""
     dst.mkdir(parents=True, exist_ok=True)
     for name in names:
-        if (src / name).exists():
+        if not (src / name).exists():
+            continue
+        if name == "tokenizer.json":
+            data = json.loads((src / name).read_text(encoding="utf-8"))
+            (dst / name).write_text(json.dumps(data, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
+        else:
             shutil.copy2(src / name, dst / name)
+
+
+def _same_tokens(a: Path, b: Path) -> bool:
+    """The tokenizer files of `a` and `b` encode the probe pairs alike (ids, masks, type ids)."""
+    from damc.tokens import PairTokenizer
+
+    pairs = [(t, u) for t in PROBE_TEXTS for u in PROBE_TEXTS[:2]]
+    return PairTokenizer.from_dir(a, 128).encode_pairs(pairs) == PairTokenizer.from_dir(b, 128).encode_pairs(pairs)
 
 
 def ship(study: Any, evals: dict[str, Any]) -> dict[str, Any]:
@@ -135,6 +151,9 @@ def ship(study: Any, evals: dict[str, Any]) -> dict[str, Any]:
     try:
         _copy(src, tmp, SCORER_FILES)
         _copy(src / ENCODER_DIR, tmp / ENCODER_DIR, ENCODER_FILES)
+        for a, b in ((src, tmp), (src / ENCODER_DIR, tmp / ENCODER_DIR)):
+            if not _same_tokens(a, b):
+                raise RuntimeError(f"the shipped tokenizer in {b} encodes differently from {a}")
         counter = load_token_counter(str(ship_cfg.token_counter))
         shipped_tok = TokenCounter.from_dir(counter.save(tmp / TOKENS_DIR / str(ship_cfg.token_counter)))
         if [counter.count(t) for t in PROBE_TEXTS] != [shipped_tok.count(t) for t in PROBE_TEXTS]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, SAMPLES, run_light
+from conftest import NOT_IN_LIGHT, ROOT, SAMPLES, run_light
 
 DOC_EXAMPLE = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "runtime.md").read_text(), re.S)[0]
 
