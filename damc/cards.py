@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable
 
 from damc.episodes import Episode, EpisodeFormatError, call_arguments, message_text, render_call
+from damc.facts import card_text
 
 KINDS = ("tool_result", "tool_error", "user", "assistant")
 
@@ -31,6 +32,31 @@ CountTokens = Callable[[str], int]
 def card_id(episode_id: str, msg_index: int, call_index: int | None = None) -> str:
     """Stable card id: `ep:msg` for a text message, `ep:msg:call` for a tool call made at message `msg`."""
     return f"{episode_id}:{msg_index}" if call_index is None else f"{episode_id}:{msg_index}:{call_index}"
+
+
+def fact_cards(episode_id: str, messages: list[dict[str, Any]]) -> list[tuple[str | None, str]]:
+    """Per message, `(card id, searchable text)` of the cards a fact can come from, for `damc.facts.first_holder`:
+    a user turn's content, a tool result's JSON leaves (`damc.facts.card_text`) under its call's card id (None for
+    a result of no earlier call); `(None, "")` for any other message. `[:k]` are the cards before message `k`.
+
+    Example:
+        >>> fact_cards("ep", [{"role": "user", "content": "order 88412"}, {"role": "assistant", "content": None,
+        ...     "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": "{}"}}]},
+        ...     {"role": "tool", "tool_call_id": "c1", "content": '["W7", 3]'}])
+        [('ep:0', 'order 88412'), (None, ''), ('ep:1:0', 'W7\\n3')]
+    """
+    call_card: dict[str, str] = {}
+    out: list[tuple[str | None, str]] = []
+    for i, m in enumerate(messages):
+        for j, c in enumerate(m.get("tool_calls") or []):
+            call_card[c["id"]] = card_id(episode_id, i, j)
+        if m.get("role") == "user":
+            out.append((card_id(episode_id, i), str(m.get("content") or "")))
+        elif m.get("role") == "tool":
+            out.append((call_card.get(m.get("tool_call_id", "")), card_text(m.get("content"))))
+        else:
+            out.append((None, ""))
+    return out
 
 
 @dataclass

@@ -390,12 +390,9 @@ def _fill_vectors(backend: str, where: str, x: np.ndarray, owner: np.ndarray, na
     from damc.runtime.storage import open_storage
 
     enc = SyntheticEncoder(x.shape[1])
-    if backend == "postgres":   # a bulk load: one pipeline of n updates counts as one statement
-        from damc.runtime.pgstore import PgConfig
-
-        store, index = open_storage(where, enc, store_config=PgConfig(statement_timeout_ms=0))
-    else:
-        store, index = open_storage(where, enc)
+    if backend == "postgres":
+        return _fill_pg(where, enc, x, owner, names)
+    store, index = open_storage(where, enc)
     timings: dict[str, float] = {}
     rowid_of = np.zeros(len(x), dtype=np.int64)
     t = time.perf_counter()
@@ -407,32 +404,59 @@ def _fill_vectors(backend: str, where: str, x: np.ndarray, owner: np.ndarray, na
             rowid_of[chunk] = store.add_cards(cards, name, scope=Scope(name))
     timings["cards_s"] = round(time.perf_counter() - t, 1)
     t = time.perf_counter()
-    if backend == "sqlite":
-        seqs = {sc.rowid: sc.seq for sc in store.all_cards("hot")}
-        store.put_embeddings([(int(r), seqs[int(r)]) for r in rowid_of], x, enc.name)
-        timings["vectors_s"] = round(time.perf_counter() - t, 1)
-        t = time.perf_counter()
-        index.sync()                                       # FAISS built from the cached vectors
-        timings["index_build_s"] = round(time.perf_counter() - t, 1)
-    else:
-        index._ensure_vectors()
-        with store.transaction() as c:                     # bulk load: vectors first, then one HNSW build
-            c.execute("DROP INDEX IF EXISTS damc_cards_hnsw")
-            with c.cursor() as cur:
-                cur.executemany("UPDATE damc_cards SET embedding = %s, emb_seq = seq, emb_model = %s WHERE rowid = %s",
-                                [(x[i], enc.name, int(rowid_of[i])) for i in range(len(x))])
-        timings["vectors_s"] = round(time.perf_counter() - t, 1)
-        t = time.perf_counter()
-        with store.transaction() as c:
-            c.execute("SET LOCAL maintenance_work_mem = '1GB'")
-            cfg = store.config
-            c.execute(f"CREATE INDEX damc_cards_hnsw ON damc_cards USING hnsw (embedding vector_ip_ops) WITH "
-                      f"(m = {cfg.hnsw_m}, ef_construction = {cfg.hnsw_ef_construction}) WHERE tier = 'hot'")
-        timings["index_build_s"] = round(time.perf_counter() - t, 1)
-        with store.pool.connection() as c:
-            c.autocommit = True
-            c.execute("VACUUM ANALYZE damc_cards")
-            c.autocommit = False
+    seqs = {sc.rowid: sc.seq for sc in store.all_cards("hot")}
+    store.put_embeddings([(int(r), seqs[int(r)]) for r in rowid_of], x, enc.name)
+    timings["vectors_s"] = round(time.perf_counter() - t, 1)
+    t = time.perf_counter()
+    index.sync()                                       # FAISS built from the cached vectors
+    timings["index_build_s"] = round(time.perf_counter() - t, 1)
+    return store, index, timings
+
+
+# HNSW build settings of the PostgreSQL bulk load (`--hnsw-build-mem`, `--hnsw-build-workers`)
+HNSW_BUILD: dict[str, Any] = {"mem": "1GB", "workers": None}
+
+
+def _fill_pg(where: str, enc: Any, x: np.ndarray, owner: np.ndarray, names: list[str]) -> tuple[Any, Any, dict]:
+    """The PostgreSQL side of `_fill_vectors` as a bulk load: the store's own schema (`open_storage`), then every
+    card row with its vector in one binary COPY (the rows `add_cards` + the index sync would write: scope, session,
+    position, kind, time, seq, the card's JSON, the embedding with `emb_seq = seq`), then one HNSW build with
+    `HNSW_BUILD`'s memory and parallel workers, then VACUUM ANALYZE. Row-by-row inserts (`add_cards`) took 68 s per
+    100k cards on the loaded 2-core box, so 1M cards need the bulk path to fit a benchmark run."""
+    from damc.cards import Card
+    from damc.runtime.pgstore import PgConfig, _dumps
+    from damc.runtime.storage import open_storage
+
+    store, index = open_storage(where, enc, store_config=PgConfig(statement_timeout_ms=0))
+    index._ensure_vectors()
+    timings: dict[str, float] = {}
+    now = time.time()
+    t = time.perf_counter()
+    with store.transaction() as c:
+        c.execute("DROP INDEX IF EXISTS damc_cards_hnsw")
+        cols = "user_id, agent_id, card_id, session_id, position, kind, t, seq, data, embedding, emb_seq, emb_model"
+        with c.cursor() as cur, cur.copy(f"COPY damc_cards ({cols}) FROM STDIN (FORMAT BINARY)") as cp:
+            cp.set_types(["text", "text", "text", "text", "int4", "text", "float8", "int8", "text", "vector", "int8",
+                          "text"])
+            for i in range(len(x)):
+                name = names[int(owner[i])]
+                card = Card(f"{name}:{i}", name, int(i), "user", "user", f"note {i}")
+                cp.write_row((name, "", card.card_id, name, i, "user", now, i + 1, _dumps(card), x[i], i + 1, enc.name))
+        c.execute("SELECT setval('damc_seq', %s)", (len(x),))
+    timings["cards_and_vectors_copy_s"] = round(time.perf_counter() - t, 1)
+    t = time.perf_counter()
+    with store.transaction() as c:
+        c.execute(f"SET LOCAL maintenance_work_mem = '{HNSW_BUILD['mem']}'")
+        if HNSW_BUILD["workers"] is not None:
+            c.execute(f"SET LOCAL max_parallel_maintenance_workers = {int(HNSW_BUILD['workers'])}")
+        cfg = store.config
+        c.execute(f"CREATE INDEX damc_cards_hnsw ON damc_cards USING hnsw (embedding vector_ip_ops) WITH "
+                  f"(m = {cfg.hnsw_m}, ef_construction = {cfg.hnsw_ef_construction}) WHERE tier = 'hot'")
+    timings["index_build_s"] = round(time.perf_counter() - t, 1)
+    with store.pool.connection() as c:
+        c.autocommit = True
+        c.execute("VACUUM ANALYZE damc_cards")
+        c.autocommit = False
     return store, index, timings
 
 
@@ -560,6 +584,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--backend-ingest", type=int, default=3_000, help="cards for the backend ingest figure (0: skip)")
     ap.add_argument("--search-n", type=int, nargs="+", default=[10_000, 100_000],
                     help="cards in the store for the scoped search figures")
+    ap.add_argument("--hnsw-build-mem", default="1GB", help="maintenance_work_mem of the PostgreSQL HNSW build")
+    ap.add_argument("--hnsw-build-workers", type=int, default=None,
+                    help="max_parallel_maintenance_workers of the HNSW build (default: the server's)")
     ap.add_argument("--search-queries", type=int, default=200, help="queries per scope")
     ap.add_argument("--backend-cards", type=int, default=2_000, help="cards for the build_context figure (0: skip)")
     ap.add_argument("--backend-decisions", type=int, default=40, help="timed build_context calls per backend")
@@ -591,6 +618,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             with tempfile.TemporaryDirectory() as d:
                 out["concurrent"].append(run_concurrent(d, args.concurrent, mode, args.concurrent_turns))
     if args.backend:
+        HNSW_BUILD.update(mem=args.hnsw_build_mem, workers=args.hnsw_build_workers)
         out["backends"] = bench_backends(args.backend, args.pg_url, args.backend_ingest, args.search_n,
                                          args.search_queries, args.backend_cards, args.backend_decisions)
     if args.big_result:

@@ -14,6 +14,7 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
+import damc.configs  # noqa: E402,F401  (the Hydra config schemas: a file-based `initialize` needs them)
 from damc.extras import extra_of  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

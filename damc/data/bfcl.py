@@ -39,7 +39,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from damc.cards import card_id
+from damc.cards import fact_cards
 from damc.data.bfcl_replay import (
     BFCLBackends,
     BFCLCallParseError,
@@ -51,7 +51,7 @@ from damc.data.bfcl_replay import (
     parse_calls,
 )
 from damc.episodes import SPLITS, Episode, iter_scalars
-from damc.facts import card_text, first_holder, value_pattern
+from damc.facts import first_holder, value_pattern
 
 __all__ = ["ASK_MISSING_PARAM_TEXT", "BFCLBackends", "BFCLCallParseError", "CATEGORIES", "MISSING_FUNCTION_TEXT",
            "NO_ACTION_TEXT", "ParsedCall", "SAMPLE_IDS", "SPLITS", "SYSTEM_PROMPT", "bfcl_package_dir",
@@ -170,20 +170,7 @@ def key_card_ids(episode_id: str, messages: list[dict[str, Any]], tool_names: se
     Returns:
         `{str(k): [card_id, ...]}` for decisions with at least one key card.
     """
-    # Searchable text per message: user content, or the leaves of a tool result (`damc.facts.card_text`).
-    call_card: dict[str, str] = {}
-    texts: list[tuple[str | None, str]] = []
-    for i, m in enumerate(messages):
-        role = m.get("role")
-        for j, c in enumerate(m.get("tool_calls") or []):
-            call_card[c["id"]] = card_id(episode_id, i, j)
-        if role == "user":
-            texts.append((card_id(episode_id, i), str(m.get("content") or "")))
-        elif role == "tool":
-            texts.append((call_card.get(m.get("tool_call_id", "")), card_text(m.get("content"))))
-        else:
-            texts.append((None, ""))
-
+    texts = fact_cards(episode_id, messages)  # per message: (card id, searchable text) of user turns and results
     out: dict[str, list[str]] = {}
     for k, m in enumerate(messages):
         if m.get("role") != "assistant" or not m.get("tool_calls"):

@@ -40,8 +40,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from damc.cards import card_id
-from damc.facts import card_text, first_holder, value_pattern
+from damc.cards import fact_cards
+from damc.facts import first_holder, value_pattern
 
 logger = logging.getLogger(__name__)
 
@@ -250,22 +250,15 @@ def key_card_ids(episode_id: str, messages: list[dict[str, Any]],
         `(key_card_ids, key_facts)`: `{str(k): [card_id, ...]}` and `{str(k): [value, ...]}` (the values
         that were found), for decisions with at least one key card.
     """
-    cards: list[tuple[str, str]] = []  # (card id, searchable text) of user turns and tool results, in order
-    call_card: dict[str, str] = {}
+    cards = fact_cards(episode_id, messages)  # per message: (card id, searchable text) of user turns and results
     keys: dict[str, list[str]] = {}
     facts: dict[str, list[Any]] = {}
-    for k, m in enumerate(messages):
-        for v in values.get(k, []):
-            hit = first_holder(value_pattern(v), cards)
+    for k in sorted(i for i in values if 0 <= i < len(messages)):  # decisions in message order
+        for v in values[k]:
+            hit = first_holder(value_pattern(v), cards[:k])
             if hit is not None:
                 keys.setdefault(str(k), [])
                 if hit not in keys[str(k)]:
                     keys[str(k)].append(hit)
                 facts.setdefault(str(k), []).append(v)
-        for j, c in enumerate(m.get("tool_calls") or []):
-            call_card[c["id"]] = card_id(episode_id, k, j)
-        if m.get("role") == "user":
-            cards.append((card_id(episode_id, k), str(m.get("content") or "")))
-        elif m.get("role") == "tool":
-            cards.append((call_card[m["tool_call_id"]], card_text(m.get("content"))))
     return keys, facts

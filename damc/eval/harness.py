@@ -62,6 +62,7 @@ from damc.eval.policies import (
 from damc.eval.records import RecordLog, fingerprints
 from damc.eval.results import NO_BUDGET, aggregate, results_table, write_results
 from damc.facts import confuser_values, gold_values, holds_any
+from damc.models import DEFAULT_ENCODER
 from damc.prompting import action_text, format_prompt
 
 logger = logging.getLogger(__name__)
@@ -305,7 +306,7 @@ def new_memory(cfg: Any, llm: DecisionLLM) -> Any:
     brings its own valuer, so the memory's own is the heuristic prior: no scorer is loaded for it)."""
     from damc.runtime.memory import DecisionAwareMemory
 
-    encoder = (cfg.get("memory") or {}).get("encoder", "minilm-l6")
+    encoder = (cfg.get("memory") or {}).get("encoder", DEFAULT_ENCODER)
     return DecisionAwareMemory(None, valuer="heuristic", encoder=encoder, tokenizer=llm.tokenizer,
                                config=memory_config(cfg))
 

@@ -264,6 +264,19 @@ class DAMCPolicy(CardPolicy):
 
         return default_valuer(self.scorer, getattr(env, "memory", None))
 
+    def selector(self, setting: Setting) -> Selector:
+        """As every card policy's, but a threshold keeps the product's floor: the best `k_min` cards that fit are
+        kept whatever τ says (`ScorerMetadata.k_min`, chosen on dev with τ; what `default_selector` builds)."""
+        if setting.threshold is None:
+            return TopK(setting.top_k)
+        return Threshold(setting.threshold, k=setting.top_k, k_min=self.k_min)
+
+    @functools.cached_property
+    def k_min(self) -> int:
+        from damc.runtime.scorer_metadata import ScorerMetadata
+
+        return ScorerMetadata.load(self.scorer).k_min
+
 
 class HeuristicPolicy(CardPolicy):
     """The runtime without a scorer: `DecisionAwareMemory(valuer="heuristic")`, the heuristic cold-start prior."""

@@ -80,10 +80,13 @@ def fingerprints(cfg: Any, options: dict[str, dict[str, Any]]) -> dict[str, str]
     are seeded by episode, index and `seed`), so a larger sample reuses the decisions already recorded."""
     from omegaconf import OmegaConf
 
+    from damc.configs import EVALUATE_MEMORY_KEYS, memory_fingerprint
+
     plain = OmegaConf.to_container(cfg, resolve=True)
     shared = {"data": file_digest(cfg.data.path), "tool_calls_only": plain["data"].get("tool_calls_only"),
               "filters": plain["filters"], "seed": plain["seed"],
-              "n_distractors": plain["n_distractors"], "llm": plain["llm"], "memory": plain.get("memory"),
+              "n_distractors": plain["n_distractors"], "llm": plain["llm"],
+              "memory": memory_fingerprint(plain.get("memory"), EVALUATE_MEMORY_KEYS),
               "exact_match": plain["exact_match"]}
     if not plain.get("score", True):
         shared["score"] = False   # selection-only records carry no accuracy: never reused by a scoring run

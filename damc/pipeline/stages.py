@@ -125,9 +125,10 @@ def fingerprint(name: str, stage_cfg: Any, before: str) -> str:
     query/card rendering are not reused) and the fingerprint of the stages before it."""
     from omegaconf import OmegaConf
 
+    from damc.configs import as_spelled_before
     from damc.query import RENDER_VERSION
 
-    text = OmegaConf.to_yaml(stage_cfg, resolve=True)
+    text = OmegaConf.to_yaml(as_spelled_before(stage_cfg))  # the text hashed before the structured configs
     return hashlib.sha256(f"{before}|{name}|render {RENDER_VERSION}|{text}".encode()).hexdigest()[:16]
 
 

@@ -1,5 +1,6 @@
-"""`MemoryConfig`: the settings of a `DecisionAwareMemory` (`damc.runtime.memory`); configs/memory/default.yaml and
-configs/evaluate.yaml's `memory:` set the same fields for the labels and the A/B harness."""
+"""`MemoryConfig`: the settings of a `DecisionAwareMemory` (`damc.runtime.memory`) and the one home of their
+defaults: `damc.configs` registers it (plus the retrieval `encoder`) as the Hydra schema of the labels' and the A/B
+harness's `memory:` node, whose YAML (configs/memory/default.yaml) holds only overrides. No Hydra here."""
 
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ class MemoryConfig:
         max_scored: with a scorer, cross-encode at most this many candidates per decision (0: all), the best by
             reciprocal-rank fusion of BM25 and cosine: a two-stage cascade (`ScorerValuer`); the others rank below
             every cross-encoded card.
+        k_min: the floor of a scorer's threshold selector: the best `k_min` cards that fit the budget are kept
+            whatever τ says (None: the scorer's dev-chosen `k_min` from `damc_scorer.json`; 0: no floor).
         value_ttl_s: value cache lifetime (seconds).
         stamp_time: give messages without a `timestamp` the ingest time (enables decay in hours).
         record: keep per-card value statistics (for `archive`) and the last context per session (for the CLI).
@@ -59,6 +62,7 @@ class MemoryConfig:
     max_candidates: int = 24   # chosen on dev splits: docs/runtime.md "Overhead (measured)"
     # value
     max_scored: int = 8        # chosen on dev splits (key hit) and bench_memory (p50): docs/runtime.md
+    k_min: int | None = None   # None: the scorer's dev-chosen floor (docs/runtime.md "The floor")
     value_ttl_s: float = 60.0
     # store and scopes
     stamp_time: bool = True

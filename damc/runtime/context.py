@@ -34,6 +34,8 @@ class SelectedCard:
         card: the raw card.
         note: how the valuer valued it, when not fully (`damc.runtime.valuers.NOT_CROSS_ENCODED`: a cascade left it
             below its `max_scored`, so the student never read it); None otherwise.
+        kept_by: what kept it: "selector" (its rule: top-k or at/above the threshold) or "floor" (below the
+            threshold τ, kept as one of the best `k_min`: `damc.runtime.select.Threshold`).
     """
 
     card_id: str
@@ -47,6 +49,7 @@ class SelectedCard:
     retrieved_by: list[str]
     card: Card | None = None
     note: str | None = None
+    kept_by: str = "selector"
 
 
 @dataclass
@@ -82,6 +85,9 @@ class Context:
         n_candidates: candidates scored.
         n_hot: hot cards in the scope (the rest were "not retrieved").
         session_id: the session.
+        valuer / selector: their names.
+        threshold: the selector's threshold τ (None: it has none).
+        k_min: the selector's floor under τ (the best `k_min` cards are kept whatever τ says; 0: none).
         user_id / agent_id: the scope the context was built for.
     """
 
@@ -99,6 +105,8 @@ class Context:
     session_id: str
     valuer: str = ""
     selector: str = ""
+    threshold: float | None = None
+    k_min: int = 0
     current_turn: list[dict[str, Any]] = field(default_factory=list)
     user_id: str = "default"
     agent_id: str | None = None
@@ -116,6 +124,11 @@ class Context:
     def candidate_ids(self) -> list[str]:
         """Every card the valuer saw (kept, then dropped)."""
         return [s.card_id for s in self.selected] + [d.card_id for d in self.dropped]
+
+    @property
+    def floor_ids(self) -> list[str]:
+        """Kept cards below the threshold, kept only by the selector's floor of `k_min` (prompt order)."""
+        return [s.card_id for s in self.selected if s.kept_by == "floor"]
 
     @property
     def memory_lines(self) -> list[str]:

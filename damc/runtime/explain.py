@@ -9,6 +9,10 @@ Example:
     context for session 'default' (user 'default'): 14 candidates of 230 hot cards, 5 kept, 9 dropped
     tokens: 3,412 -> 611 (saved 2,801, 82 %); memory 143 / budget 4,894
 
+A card marked `[floor]` was below the selector's threshold τ and kept only because the floor keeps the best
+`k_min` cards whatever τ says (`damc.runtime.select.Threshold`): "floor: below threshold τ=0.05, kept as one of
+the best k_min=4".
+
 On a short chat the fenced memory message (its header and note included) can be longer than the history it
 replaces; the tokens line then says what was added ("added 48, +38 %: ...") instead of a negative saving.
     ...
@@ -67,6 +71,18 @@ class Explanation:
         return self.data["tokens_before"] - self.data["tokens_after"]
 
     @property
+    def floor(self) -> list[str]:
+        """Kept cards below the selector's threshold τ, kept by its floor as one of the best `k_min`."""
+        return [c["card_id"] for c in self.kept if c.get("kept_by") == "floor"]
+
+    def floor_reason(self) -> str:
+        """Why the floor's cards were kept, with τ and `k_min` ("floor: below threshold τ=…, kept as one of the
+        best k_min=…")."""
+        tau, k_min = self.data.get("threshold"), self.data.get("k_min", 0)
+        tau_s = "τ" if tau is None else f"τ={tau:.4g}"
+        return f"floor: below threshold {tau_s}, kept as one of the best k_min={k_min}"
+
+    @property
     def not_cross_encoded(self) -> list[str]:
         """Candidates (kept or dropped) the scorer never read: a cascade valued them from BM25 + cosine alone."""
         return [c["card_id"] for c in self.kept + self.dropped if c.get("note") == NOT_CROSS_ENCODED]
@@ -98,8 +114,11 @@ class Explanation:
             f"hot cards, {len(self.kept)} kept, {len(self.dropped)} dropped",
             self.tokens_line(),
             "timings (ms): " + ", ".join(f"{k} {v:.1f}" for k, v in d["timings_ms"].items()),
-            f"valuer {d.get('valuer', '?')}, selector {d.get('selector', '?')}",
+            f"valuer {d.get('valuer', '?')}, selector {d.get('selector', '?')}" + _selector_params(d),
         ]
+        if self.floor:
+            lines.append(f"{len(self.floor)} of {len(self.kept)} kept cards marked [floor]: "
+                         f"{self.floor_reason().removeprefix('floor: ')}")
         if self.not_cross_encoded:
             lines.append(f"{len(self.not_cross_encoded)} of {d['n_candidates']} candidates marked [nce]: "
                          f"{NOTES[NOT_CROSS_ENCODED]}")
@@ -122,4 +141,12 @@ class Explanation:
 
 
 def _mark(card: dict[str, Any]) -> str:
-    return "  [nce]" if card.get("note") == NOT_CROSS_ENCODED else ""
+    return ("  [nce]" if card.get("note") == NOT_CROSS_ENCODED else "") + \
+        ("  [floor]" if card.get("kept_by") == "floor" else "")
+
+
+def _selector_params(d: dict[str, Any]) -> str:
+    """" (τ=…, floor k_min=…)" for a threshold selector; "" otherwise (and for contexts stored before)."""
+    if d.get("threshold") is None:
+        return ""
+    return f" (τ={d['threshold']:.4g}, floor k_min={d.get('k_min', 0)})"

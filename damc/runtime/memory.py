@@ -74,6 +74,7 @@ from damc.runtime.ingest import check_call
 from damc.runtime.observe import ingest_messages, observe_session
 from damc.runtime.paths import created_by_opening, remove_created
 from damc.runtime.scope import Scope, tag_card
+from damc.runtime.scorer_metadata import DEFAULT_K_MIN
 from damc.runtime.select import Selector, Threshold, TopK, default_budget
 from damc.runtime.storage import is_server_url, open_storage
 from damc.runtime.store import StoreConfig, StoredCard
@@ -126,13 +127,19 @@ def named_valuer(name: str, scorer: Any = None, config: MemoryConfig | None = No
                      f"(or pass a Valuer object)")
 
 
-def default_selector(valuer: Valuer) -> Selector:
-    """`Threshold(τ)` when the valuer is a scorer whose export chose a threshold on dev (`damc_scorer.json`
-    "threshold", in the combiner's delta units), else `TopK(12)`."""
+def default_selector(valuer: Valuer, config: MemoryConfig | None = None) -> Selector:
+    """`Threshold(τ, k_min=...)` when the valuer is a scorer whose export chose a threshold on dev
+    (`damc_scorer.json` "threshold", in the combiner's delta units), else `TopK(12)`.
+
+    The floor `k_min` (the best `k_min` cards that fit are kept whatever τ says) is `config.k_min` when set,
+    else the scorer's own, chosen on dev with τ (`ScorerMetadata.k_min`; `DEFAULT_K_MIN` for older exports)."""
     inner = getattr(valuer, "inner", valuer)
-    tau = getattr(getattr(getattr(inner, "scorer", None), "metadata", None), "threshold", None)  # ScorerMetadata
+    meta = getattr(getattr(inner, "scorer", None), "metadata", None)  # ScorerMetadata
+    tau = getattr(meta, "threshold", None)
     if getattr(inner, "combiner", None) is not None and tau is not None:
-        return Threshold(float(tau))
+        k_min = config.k_min if config is not None and config.k_min is not None else \
+            getattr(meta, "k_min", DEFAULT_K_MIN)
+        return Threshold(float(tau), k_min=k_min)
     return TopK(12)
 
 
@@ -157,8 +164,8 @@ class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
             combiner: `scorer` when given, else the scorer shipped in the package, `damc/assets/scorer/`; the
             heuristic prior, with one warning, when the package ships none). `valuer="heuristic"` opts out of
             the scorer (the cold-start prior, nothing loaded); a `Valuer` object is used as is.
-        selector: how cards are chosen (default: `default_selector` — the scorer's dev-chosen `Threshold(τ)`,
-            else `TopK(12)`; always under the budget).
+        selector: how cards are chosen (default: `default_selector` — the scorer's dev-chosen `Threshold(τ)` with
+            its floor of `k_min` cards, else `TopK(12)`; always under the budget).
         compressor: how kept cards are written (default: `config.compressor`, "template" — `TemplateCompressor`).
         scorer: a `CardScorer` or a path to an exported one (`CardScorer.from_pretrained`; default: the shipped
             one, `damc.runtime.default_scorer`).
@@ -199,6 +206,10 @@ class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
         if compressor is None and self.config.compressor not in COMPRESSORS:
             raise ValueError(f"MemoryConfig.compressor must be one of {sorted(COMPRESSORS)}, "
                              f"got {self.config.compressor!r}")
+        if self.config.k_min is not None and (isinstance(self.config.k_min, bool) or
+                                              not isinstance(self.config.k_min, int) or self.config.k_min < 0):
+            raise ValueError(f"MemoryConfig.k_min must be a whole number of cards ≥ 0 (0: no floor) or None (the "
+                             f"scorer's own), got {self.config.k_min!r}")
         if self.config.on_mismatch not in ON_MISMATCH:
             raise ValueError(f"MemoryConfig.on_mismatch must be one of {ON_MISMATCH}, got {self.config.on_mismatch!r}")
         self._tokenizer_spec = tokenizer
@@ -219,7 +230,7 @@ class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
                                                   encoder_backend=self.config.encoder_backend, scorer_dir=scorer_dir)
             self.valuer = named_valuer(valuer, scorer, self.config) if isinstance(valuer, str) else \
                 valuer if valuer is not None else default_valuer(scorer, self.config)
-            self.selector = selector or default_selector(self.valuer)
+            self.selector = selector or default_selector(self.valuer, self.config)
             self.compressor = compressor or COMPRESSORS[self.config.compressor]()
         except BaseException:   # leave nothing behind: no half-made directory for the next attempt to trip on
             if getattr(self, "store", None) is not None:
@@ -443,19 +454,24 @@ class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
         tokens_before = base_tokens + history_tokens(history, self._prompt_tokens, self._message_tokens, self._memo)
         timings["assemble"] = (time.perf_counter() - t) * 1000
 
+        floor = set(sel.floor)
         selected = [SelectedCard(cards[i].card_id, float(values[i]), float(sel.scores[i]), kept_tokens[j],
                                  cards[i].n_tokens, compressed[j].text, lines[j], compressed[j].source,
-                                 why[cards[i].card_id], cards[i], notes[i]) for j, i in enumerate(kept)]
+                                 why[cards[i].card_id], cards[i], notes[i], "floor" if i in floor else "selector")
+                    for j, i in enumerate(kept)]
         dropped = [DroppedCard(cards[i].card_id, float(values[i]), float(sel.scores[i]), line_tokens[i],
                                cards[i].n_tokens, reason, why[cards[i].card_id], notes[i])
                    for i, reason in sorted(sel.dropped.items(), key=lambda kv: -float(sel.scores[kv[0]]))]
         sid, scope, valuer_name = who
+        tau = getattr(selector, "min_value", None)
         timings["total"] = (time.perf_counter() - t_start) * 1000
         return Context(messages=out_msgs, selected=selected, dropped=dropped, decision_query=query,
                        budget_tokens=budget, tokens_before=tokens_before, tokens_after=tokens_after,
                        memory_tokens=sum(kept_tokens), timings_ms=timings, n_candidates=len(cards),
                        n_hot=self.store.count("hot", scope), session_id=sid, valuer=valuer_name,
-                       selector=getattr(selector, "name", type(selector).__name__), current_turn=turn,
+                       selector=getattr(selector, "name", type(selector).__name__),
+                       threshold=None if tau is None else float(tau), k_min=int(getattr(selector, "k_min", 0) or 0),
+                       current_turn=turn,
                        user_id=scope.user_id, agent_id=scope.agent_id)
 
     # ------------------------------------------------------------------ inspection

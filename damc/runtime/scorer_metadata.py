@@ -21,8 +21,13 @@ from typing import Any, Sequence
 import numpy as np
 
 META_FILE = "damc_scorer.json"
-# damc_scorer.json schema (`ScorerMetadata`): 2 = typed, `threshold` a number; 1 = the untyped dict before it
-FORMAT_VERSION = 2
+# damc_scorer.json schema (`ScorerMetadata`): 3 = `k_min` (the selector's floor, chosen on dev with τ);
+# 2 = typed, `threshold` a number; 1 = the untyped dict before it
+FORMAT_VERSION = 3
+# The floor a scorer gets when its metadata names none (exports of format ≤ 2, runs trained before the floor):
+# the four cards of the study's top-k operating point (docs/evaluation.md), so an old export's threshold cannot
+# leave a prompt without history either. `MemoryConfig.k_min` overrides it, 0 turns the floor off.
+DEFAULT_K_MIN = 4
 SCORE_UNITS = "normalised delta (to_delta -> nats)"
 
 
@@ -69,7 +74,8 @@ class ScorerMetadata:
     Written by `save` (`damc.scorer.export`, `CardScorer.save_pretrained`) and read by `load` — the only two places
     that touch the file, as sentence-transformers keeps its model config. `from_dict` is the one compatibility
     shim: files of format 1 (before 2026-12) stored `threshold` as the combiner's whole report
-    (`{"tau": ..., "f1": ...}`) and may lack `card_render`; both are read once, here.
+    (`{"tau": ..., "f1": ...}`) and may lack `card_render`; files of format ≤ 2 lack `k_min` (they get
+    `DEFAULT_K_MIN`); all are read once, here.
 
     Example:
         >>> meta = ScorerMetadata.load("artifacts/scorer")
@@ -81,6 +87,7 @@ class ScorerMetadata:
     max_length: int                           # tokens per (query, card) pair; longer pairs are truncated
     card_render: str = "template"             # how cards are rendered for the scorer: template | fields | raw
     threshold: float | None = None            # τ chosen on dev for the learned combiner (delta units); None: TopK
+    k_min: int = DEFAULT_K_MIN                # the floor under τ: the best k_min cards are kept whatever τ says
     teacher: str | list[str] | None = None    # teacher model(s) that labelled the training data
     estimators: list[str] | None = None       # teacher estimators of the labels (loi, loo, ...)
     base_model: str | None = None             # the cross-encoder the student was initialised from
@@ -114,12 +121,17 @@ class ScorerMetadata:
         tau = d.get("threshold")
         if isinstance(tau, dict):  # format 1: the combiner's whole threshold report
             tau = tau.get("tau")
+        k_min = d.get("k_min")
+        if k_min is None:  # format ≤ 2 (or a run trained before the floor): no floor was chosen on dev
+            k_min = DEFAULT_K_MIN
+        if isinstance(k_min, bool) or not isinstance(k_min, int) or k_min < 0:
+            raise ScorerFormatError(f"{source}: field 'k_min' is {k_min!r}; expected a whole number of cards ≥ 0")
         names = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
         kw.update(render_version=str(d["render_version"]), max_length=int(d["max_length"]),
                   normalization=Normalization.from_dict(d["normalization"] or {}),
                   card_render=d.get("card_render") or "template",
-                  threshold=None if tau is None else float(tau), metrics=d.get("metrics") or {},
+                  threshold=None if tau is None else float(tau), k_min=k_min, metrics=d.get("metrics") or {},
                   format_version=FORMAT_VERSION)
         return cls(**kw)
 

@@ -5,9 +5,15 @@ A selector sees the candidates, their values and their (compressed) token costs,
 card the reason ("budget", "below_threshold", "rank" — beyond top-k). Strategies:
 
 * `TopK(k)` — the k best that fit.
-* `Threshold(min_value)` — everything at or above a value that fits.
+* `Threshold(min_value, k_min=...)` — everything at or above a value that fits, and never fewer than the best
+  `k_min` cards that fit (the floor).
 * `DecayHybrid(lam, ...)` — the seed's `value · exp(−λ·Δt)` (Δt in hours from timestamps, or in
-  turns when cards carry none), then top-k and/or threshold.
+  turns when cards carry none), then top-k and/or threshold (with its floor).
+
+The floor: a threshold is a value on the valuer's scale, and that scale moves out of the domain it was chosen
+on — a scorer whose every value falls below τ would leave the prompt with no history at all. With `k_min > 0`
+the best `k_min` cards that fit the budget are kept whatever the threshold says; `Selection.floor` names the
+ones kept only by the floor (below the threshold), so `explain()` can say so.
 
 `default_budget(context_window, used_tokens)` is the seed's rule of thumb: 60–70 % of what is left
 after the system prompt, tools and the current dialogue.
@@ -59,6 +65,7 @@ class Selection:
         dropped: index -> reason ("budget" | "below_threshold" | "rank").
         budget: the token budget it worked under.
         used_tokens: tokens of the kept cards.
+        floor: kept indices below the threshold, kept only as one of the best `k_min` (best first).
     """
 
     kept: list[int]
@@ -66,6 +73,7 @@ class Selection:
     dropped: dict[int, str] = field(default_factory=dict)
     budget: int = 0
     used_tokens: int = 0
+    floor: list[int] = field(default_factory=list)
 
 
 class Selector(ABC):
@@ -91,14 +99,18 @@ class Selector(ABC):
         """
 
     def _greedy(self, cards: Sequence[Card], scores: np.ndarray, tokens: Sequence[int], budget: int, k: int | None,
-                min_value: float | None) -> Selection:
-        """The one packing rule: best value first (ties: the newer card), skip a card that does not fit."""
+                min_value: float | None, k_min: int = 0) -> Selection:
+        """The one packing rule: best value first (ties: the newer card), skip a card that does not fit. A card
+        below `min_value` is still kept while fewer than `k_min` cards are (the floor; `k` and the budget still
+        cap it)."""
         order = best_first(cards, scores)
         kept: list[int] = []
+        floor: list[int] = []
         dropped: dict[int, str] = {}
         used = 0
         for i in order:
-            if min_value is not None and scores[i] < min_value:
+            below = min_value is not None and scores[i] < min_value
+            if below and len(kept) >= k_min:
                 dropped[i] = "below_threshold"
             elif k is not None and len(kept) >= k:
                 dropped[i] = "rank"
@@ -107,7 +119,20 @@ class Selector(ABC):
             else:
                 kept.append(i)
                 used += int(tokens[i])
-        return Selection(kept, np.asarray(scores, dtype=np.float32), dropped, budget, used)
+                if below:
+                    floor.append(i)
+        return Selection(kept, np.asarray(scores, dtype=np.float32), dropped, budget, used, floor)
+
+
+def check_k_min(k_min: int) -> int:
+    """`k_min` as a count of cards (≥ 0).
+
+    Raises:
+        ValueError: not a whole number ≥ 0.
+    """
+    if isinstance(k_min, bool) or not isinstance(k_min, (int, np.integer)) or k_min < 0:
+        raise ValueError(f"k_min must be a whole number of cards ≥ 0 (0: no floor), got {k_min!r}")
+    return int(k_min)
 
 
 class TopK(Selector):
@@ -123,15 +148,23 @@ class TopK(Selector):
 
 
 class Threshold(Selector):
-    """Every card valued at least `min_value` that fits the budget, best first."""
+    """Every card valued at least `min_value` that fits the budget, best first — and never fewer than the best
+    `k_min` cards that fit, whatever their value (the floor; 0: none, a threshold alone).
+
+    Args:
+        min_value: the threshold τ, on the valuer's scale.
+        k: keep at most this many (None: no cap; caps the floor too).
+        k_min: the floor (cards); a scorer's export chooses it on dev with τ (`ScorerMetadata.k_min`).
+    """
 
     name = "threshold"
 
-    def __init__(self, min_value: float = 0.5, k: int | None = None):
-        self.min_value, self.k = min_value, k
+    def __init__(self, min_value: float = 0.5, k: int | None = None, k_min: int = 0):
+        self.min_value, self.k, self.k_min = min_value, k, check_k_min(k_min)
 
     def select(self, cards, values, tokens, budget, now=None) -> Selection:
-        return self._greedy(cards, self.adjust(cards, values, now), tokens, budget, self.k, self.min_value)
+        return self._greedy(cards, self.adjust(cards, values, now), tokens, budget, self.k, self.min_value,
+                            self.k_min)
 
 
 def decay_ages(cards: Sequence[Card], now: float | None) -> tuple[np.ndarray, str]:
@@ -154,13 +187,15 @@ class DecayHybrid(Selector):
         k: keep at most this many (None: no cap).
         min_value: drop decayed values below this (None: no threshold).
         lam_turns: decay per turn used when ages fall back to turns (default: `lam`).
+        k_min: with `min_value`, keep at least the best `k_min` cards that fit whatever their decayed value
+            (the floor, as `Threshold`'s; 0: none).
     """
 
     name = "decay"
 
     def __init__(self, lam: float = 0.05, k: int | None = 8, min_value: float | None = None,
-                 lam_turns: float | None = None):
-        self.lam, self.k, self.min_value = lam, k, min_value
+                 lam_turns: float | None = None, k_min: int = 0):
+        self.lam, self.k, self.min_value, self.k_min = lam, k, min_value, check_k_min(k_min)
         self.lam_turns = lam if lam_turns is None else lam_turns
 
     def adjust(self, cards, values, now=None) -> np.ndarray:
@@ -169,7 +204,8 @@ class DecayHybrid(Selector):
         return (np.asarray(values, dtype=np.float64) * np.exp(-lam * ages)).astype(np.float32)
 
     def select(self, cards, values, tokens, budget, now=None) -> Selection:
-        return self._greedy(cards, self.adjust(cards, values, now), tokens, budget, self.k, self.min_value)
+        return self._greedy(cards, self.adjust(cards, values, now), tokens, budget, self.k, self.min_value,
+                            self.k_min)
 
 
 def exp_decay(value: float, hours: float, lam: float) -> float:

@@ -15,6 +15,13 @@ than new decisions warrant), then judged out of fold. The threshold τ shipped w
 decisions (out of fold for `heldout`): the predicted delta that best separates the cards the teacher says matter
 (delta ≥ `min_delta`) from the rest (max F1). The A/B harness sweeps thresholds on its own dev split as well.
 
+The dev decisions are pooled over every training domain: `damc.scorer.train` splits each label set of
+`data.labels` (one per domain) by episode and passes all their dev decisions here, so τ is one value that
+separates well across domains, not only in the largest one (`dev_domains` adds each domain's own τ to the report,
+to show how far apart they lie). With τ the same pool chooses the floor `k_min` (`choose_k_min`): the runtime
+keeps the best `k_min` cards of a decision whatever τ says (`damc.runtime.select.Threshold`), because a value
+scale learnt in these domains moves in a domain nobody trained on, and τ can then sit above every value.
+
 Example:
     >>> comb, tau, report = fit_combiner(train_rows, train_scores, dev_rows, dev_scores)
     >>> comb.save(run_dir / "combiner.json")
@@ -88,6 +95,57 @@ def choose_threshold(pred: np.ndarray, delta: np.ndarray, min_delta: float) -> t
     return best, best_f1
 
 
+def _ranks(pred: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Each row's 0-based rank by prediction, best first, within its decision (ties: row order)."""
+    import pandas as pd
+
+    return pd.DataFrame({"g": groups, "p": pred}).groupby("g", sort=False)["p"].rank(
+        method="first", ascending=False).to_numpy(int) - 1
+
+
+def choose_k_min(pred: np.ndarray, delta: np.ndarray, groups: np.ndarray, min_delta: float,
+                 tau: float | None = None) -> tuple[int, dict[str, Any]]:
+    """The floor: the `k` whose top-k rule (each decision's `k` best predicted cards, whatever their value) has the
+    best F1 for `delta ≥ min_delta` over the decisions pooled (ties: the smaller `k`), capped — when τ is given —
+    at the number of cards τ keeps in the median decision of the same rows (at least 1).
+
+    The top-k rule reads only the ranking, not the value scale, so it is the part of the scorer that carries over
+    to a domain where τ does not. The cap keeps the floor a floor: where the teacher says most cards matter, the
+    best top-k rule keeps nearly all of them, and a floor that large would overrule τ in every decision; capped,
+    it restores about as many cards as τ keeps in a typical decision of the domains it was chosen on. 0 when no
+    card qualifies (no floor to learn). The report gives the uncapped best `k`, the cap, the chosen rule's F1,
+    and the F1 of τ with the floor (`pred ≥ τ` or among the best `k_min`) and of τ alone, on the same rows.
+    """
+    pred, delta, groups = np.asarray(pred, dtype=float), np.asarray(delta, dtype=float), np.asarray(groups)
+    positive = delta >= min_delta
+    if not positive.any() or len(pred) == 0:
+        return 0, {"k_min": 0, "f1_top_k": 0.0, "chosen_by": "no card reaches min_delta"}
+
+    def f1(keep: np.ndarray) -> float:
+        return 2 * float((keep & positive).sum()) / max(int(keep.sum() + positive.sum()), 1)
+
+    rank = _ranks(pred, groups)
+    best_k, best_f1 = 0, -1.0
+    for k in range(1, int(rank.max()) + 2):
+        f = f1(rank < k)
+        if f > best_f1 + 1e-12:
+            best_k, best_f1 = k, f
+    report: dict[str, Any] = {"top_k_best": best_k, "f1_top_k_best": best_f1,
+                              "chosen_by": "max F1 of the top-k rule (ties: fewer cards), capped at what τ keeps "
+                                           "in the median decision"}
+    k_min = best_k
+    if tau is not None:
+        import pandas as pd
+
+        kept_by_tau = pd.Series(pred >= tau).groupby(groups).sum()
+        cap = max(1, int(np.median(kept_by_tau.to_numpy())))
+        k_min = min(best_k, cap)
+        report |= {"cap_median_kept_by_tau": cap, "f1_threshold_and_floor": f1((pred >= tau) | (rank < k_min)),
+                   "f1_threshold_alone": f1(pred >= tau)}
+    report |= {"k_min": k_min, "f1_top_k": f1(rank < k_min)}
+    return k_min, report
+
+
 MIN_HELDOUT_DECISIONS = 5   # fewer held-out decisions than this: fit on the training rows instead (with a warning)
 
 
@@ -111,8 +169,9 @@ def _mean_spearman(rows: Any, pred: np.ndarray) -> float:
 
 def fit_combiner(train: Any, train_student: Sequence[float], dev: Any | None = None,
                  dev_student: Sequence[float] | None = None, min_delta: float = 0.05,
-                 fit_on: str = "train", features: str = "auto") -> tuple[Combiner, float | None, dict[str, Any]]:
-    """Fit the combiner, report on both splits, choose τ.
+                 fit_on: str = "train", features: str = "auto", k_min: int | str = "auto",
+                 dev_domains: Sequence[str] | None = None) -> tuple[Combiner, float | None, dict[str, Any]]:
+    """Fit the combiner, report on both splits, choose τ and the floor `k_min`.
 
     `fit_on="train"`: fit on the training rows, choose τ on dev (train when there is no dev split). The
     student's scores of its own training rows are in sample, so a combiner fitted there may trust the student
@@ -131,16 +190,22 @@ def fit_combiner(train: Any, train_student: Sequence[float], dev: Any | None = N
         min_delta: the delta (nats per action token) above which the teacher says a card matters.
         fit_on: "train" or "heldout" (see above).
         features: "auto", "all" or "student" (see above).
+        k_min: "auto" (`choose_k_min` on the rows τ is chosen on) or a number of cards, forced.
+        dev_domains: the training domain of each dev row (pooled dev of several domains): the report adds τ
+            chosen on each domain's rows alone (`threshold.by_domain`); the shipped τ stays the pooled one.
 
     Returns:
         (combiner, threshold, report) — the report has per-split Spearman (mean over decisions) of the student
         alone and of the combiner against the teacher's deltas (for `heldout`, dev's combiner figure is out of
-        fold), `fitted_on`, `features` and each variant's dev Spearman.
+        fold), `fitted_on`, `features`, each variant's dev Spearman, `threshold` and `floor` (`k_min` and its
+        F1s, `choose_k_min`).
     """
     if fit_on not in ("train", "heldout"):
         raise ValueError(f"combiner fit_on must be 'train' or 'heldout', got {fit_on!r}")
     if features not in ("auto", "all", "student"):
         raise ValueError(f"combiner features must be 'auto', 'all' or 'student', got {features!r}")
+    if k_min != "auto" and (isinstance(k_min, bool) or not isinstance(k_min, int) or k_min < 0):
+        raise ValueError(f"combiner k_min must be 'auto' or a whole number of cards ≥ 0, got {k_min!r}")
     has_dev = dev is not None and dev_student is not None and len(dev) > 0
     n_dev = int(dev["decision_id"].nunique()) if has_dev else 0
     if fit_on == "heldout" and n_dev < MIN_HELDOUT_DECISIONS:
@@ -171,9 +236,26 @@ def fit_combiner(train: Any, train_student: Sequence[float], dev: Any | None = N
                         "spearman_student": _mean_spearman(rows, np.asarray(st, dtype=float)),
                         "decisions": int(rows["decision_id"].nunique())}
     sel_pred, sel_delta = (dev_pred, y_dev) if has_dev else (train_pred, y_train)
+    sel_groups = (dev if has_dev else train)["decision_id"].to_numpy()
     tau, f1 = choose_threshold(np.asarray(sel_pred), sel_delta, min_delta)
     report["threshold"] = {"tau": tau, "f1": f1, "min_delta": min_delta,
                            "chosen_on": ("dev (out of fold)" if fit_on == "heldout" else "dev") if has_dev else "train"}
+    if has_dev and dev_domains is not None:
+        doms = np.asarray(dev_domains)
+        if len(doms) != len(dev):
+            raise ValueError(f"dev_domains has {len(doms)} entries for {len(dev)} dev rows")
+        report["threshold"]["pooled_domains"] = sorted(set(doms.tolist()))
+        report["threshold"]["by_domain"] = {
+            str(name): {"tau": choose_threshold(np.asarray(sel_pred)[doms == name], sel_delta[doms == name],
+                                                min_delta)[0],
+                        "decisions": int(len(set(sel_groups[doms == name].tolist())))}
+            for name in sorted(set(doms.tolist()))}
+    if k_min == "auto":
+        chosen_k, floor = choose_k_min(np.asarray(sel_pred), sel_delta, sel_groups, min_delta, tau)
+    else:
+        chosen_k, floor = int(k_min), {"k_min": int(k_min), "chosen_by": "forced (combiner.k_min)"}
+    report["floor"] = {**floor, "chosen_on": report["threshold"]["chosen_on"]}
+    report["k_min"] = chosen_k
     comb.metrics = report
     logger.info("combiner: %s", report)
     return comb, tau, report

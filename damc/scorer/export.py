@@ -7,7 +7,7 @@ tokenizers) runs all of it, and the training checkpoint stays in the run directo
   graph is checked against PyTorch on a probe batch first), with onnxruntime's dynamic int8 quantisation of the
   linear layers (`int8=true`, the default; `int8=false` ships the fp32 `model.onnx` instead);
 * the tokenizer files and `damc_scorer.json` (`damc.runtime.scorer.ScorerMetadata`: render version, label
-  normalisation, max length, dev-chosen threshold, teacher, base model, dev metrics), `combiner.json` when the run
+  normalisation, max length, dev-chosen threshold and floor `k_min`, teacher, base model, dev metrics), `combiner.json` when the run
   fitted one;
 * `encoder/` — the retrieval encoder as weight-only int8 ONNX, checked against sentence-transformers by cosine.
 

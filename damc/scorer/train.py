@@ -8,11 +8,17 @@ model, `train_meta.json` (normalisation, split, teacher, render version) and, on
 the teacher-fidelity metrics of the dev decisions against the cosine and recency baselines
 (`metrics.json`, also sent to the logger).
 
+`data.labels` is one label set or a list of them, one per training domain: each is split by episode on its own
+(`dev_fraction` of its episodes), and the training and dev decisions are pooled, so every domain has dev
+decisions and the combiner's threshold τ and floor `k_min` are chosen on the pooled dev splits of every training
+domain (`damc.scorer.combiner`; `metrics.json` `combiner.threshold.by_domain` gives each domain's own τ).
+
 The trainer (transformers + accelerate underneath) brings DDP under `accelerate launch`, bf16 autocast,
 gradient accumulation, checkpoints every `save_steps` and `resume=true` from the last one.
 
 Example:
     $ python scripts/train.py data.labels=data/generated/labels out_dir=runs/scorer
+    $ python scripts/train.py 'data.labels=[runs/a/labels,runs/b/labels]' out_dir=runs/pooled   # two domains
     $ accelerate launch --num_processes 2 scripts/train.py data.labels=... out_dir=... trainer.bf16=true
 """
 
@@ -23,7 +29,7 @@ import logging
 import math
 import os
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -161,6 +167,56 @@ class _PreparedData:
     teachers: list[str]  # distinct `teacher` values of the labels
     versions: list[str]  # distinct render versions of the labels (empty for labels without the column)
     card_render: str = "template"  # how the labels' card_text is written (`card_render` column; null: template)
+    domains: dict[str, str] = field(default_factory=dict)  # decision id -> training domain (its label set's name)
+    sources: list[str] = field(default_factory=list)  # the label sets of `data.labels`, one per domain
+
+
+def label_sources(labels: Any) -> list[str]:
+    """`data.labels` as a list of label sets, one per training domain (a path, or a list / tuple of paths).
+
+    Raises:
+        ValueError: an empty list, or a repeated path.
+    """
+    if isinstance(labels, (str, os.PathLike)):
+        return [str(labels)]
+    sources = [str(p) for p in labels]
+    if not sources:
+        raise ValueError("data.labels is an empty list: give a label set (or a list, one per training domain)")
+    if len(set(sources)) != len(sources):
+        raise ValueError(f"data.labels names a label set twice: {sources}")
+    return sources
+
+
+def domain_names(sources: Sequence[str]) -> list[str]:
+    """A short name per label set (its directory or file name; the whole path where two names collide)."""
+    names = [Path(p).name or p for p in sources]
+    return [n if names.count(n) == 1 else p for n, p in zip(names, sources)]
+
+
+def _concat_labels(sets: Sequence[Any], sources: Sequence[str]) -> Any:
+    """The label sets of several domains as one dataset (the columns they share, typed as the first's).
+
+    Raises:
+        LabelFormatError: a decision id occurs in two label sets, or their columns cannot be typed alike.
+    """
+    import datasets
+
+    seen: dict[str, str] = {}
+    for src, ds in zip(sources, sets):
+        for did in set(ds.unique("decision_id")):
+            if did in seen:
+                raise LabelFormatError(f"decision {did!r} is in two label sets of data.labels: {seen[did]} and {src}; "
+                                       f"each training domain's labels must have their own episode ids")
+            seen[did] = src
+    common = [c for c in sets[0].column_names if all(c in ds.column_names for ds in sets[1:])]
+    first = sets[0].select_columns(common)
+    parts = [first]
+    for src, ds in zip(sources[1:], sets[1:]):
+        try:
+            parts.append(ds.select_columns(common).cast(first.features))
+        except (ValueError, TypeError) as e:
+            raise LabelFormatError(f"{src}: its label columns cannot be read as {sources[0]}'s ({e})") from None
+    return datasets.concatenate_datasets(parts)
 
 
 @dataclass
@@ -182,14 +238,23 @@ def _prepare_data(cfg: Any) -> _PreparedData:
     from damc.query import RENDER_VERSION
 
     data = cfg.data
-    ds = load_labels(data.labels)
-    decisions = group_decisions(ds, min_cards=int(data.min_cards))
-    if data.get("max_decisions"):
-        decisions = decisions[: int(data.max_decisions)]
-    if len({d.episode_id for d in decisions}) < 2:
-        raise LabelFormatError(f"{data.labels}: need decisions from at least 2 episodes to split train/dev, "
-                                f"found {len(decisions)} decision(s) with ≥ {data.min_cards} cards")
-    train_dec, dev_dec = split_by_episode(decisions, float(data.dev_fraction), int(data.split_seed))
+    sources = label_sources(data.labels)
+    names = domain_names(sources)
+    sets = [load_labels(p) for p in sources]
+    ds = sets[0] if len(sets) == 1 else _concat_labels(sets, sources)
+    decisions, train_dec, dev_dec, domains = [], [], [], {}
+    for src, name, part in zip(sources, names, sets):  # each domain split by its own episodes, then pooled
+        decs = group_decisions(part, min_cards=int(data.min_cards))
+        if data.get("max_decisions"):
+            decs = decs[: int(data.max_decisions)]
+        if len({d.episode_id for d in decs}) < 2:
+            raise LabelFormatError(f"{src}: need decisions from at least 2 episodes to split train/dev, "
+                                   f"found {len(decs)} decision(s) with ≥ {data.min_cards} cards")
+        tr, dv = split_by_episode(decs, float(data.dev_fraction), int(data.split_seed))
+        decisions += decs
+        train_dec += tr
+        dev_dec += dv
+        domains.update({d.decision_id: name for d in decs})
     frac = data.get("train_fraction")
     frac = 1.0 if frac is None else float(frac)
     if not 0 < frac <= 1:
@@ -213,9 +278,10 @@ def _prepare_data(cfg: Any) -> _PreparedData:
     renders = sorted({r or "template" for r in ds.unique("card_render")}) if "card_render" in ds.column_names \
         else ["template"]
     if len(renders) > 1:
-        raise LabelFormatError(f"{data.labels}: the labels mix card renderings {renders} (column card_render); "
+        raise LabelFormatError(f"{', '.join(sources)}: the labels mix card renderings {renders} (column card_render); "
                                f"train on labels made with one `render` (scripts/label.py render=...)")
-    return _PreparedData(ds, decisions, train_dec, dev_dec, norm, train_ds, dev_ds, teachers, versions, renders[0])
+    return _PreparedData(ds, decisions, train_dec, dev_dec, norm, train_ds, dev_ds, teachers, versions, renders[0],
+                         domains, sources)
 
 
 def _first_n_decisions(train_dec: list[LabeledDecision], n: Any, seed: int) -> list[LabeledDecision]:
@@ -328,13 +394,18 @@ def _evaluate_dev(cfg: Any, student: _Student, data: _PreparedData, train_summar
                         "train_episodes": len({d.episode_id for d in train_dec}),
                         "dev_episodes": len({d.episode_id for d in dev_dec}),
                         "dev_fraction": float(cfg.data.dev_fraction), "split_seed": int(cfg.data.split_seed)}
+    if len(data.sources) > 1:   # several training domains: each one's share of the pooled split
+        metrics["split"]["domains"] = {
+            name: {"train_decisions": sum(data.domains[d.decision_id] == name for d in train_dec),
+                   "dev_decisions": sum(data.domains[d.decision_id] == name for d in dev_dec)}
+            for name in domain_names(data.sources)}
     return metrics
 
 
 def _fit_combiner(cfg: Any, student: _Student, data: _PreparedData, out_dir: Path) -> dict[str, Any] | None:
     """Fit the learned combiner (`damc.scorer.combiner`) on the label rows of `combiner.fit_on` (the training
-    decisions by default, or the held-out dev ones) with the trained student's scores, choose its threshold on the
-    dev decisions, write `combiner.json`; None when the labels lack the runtime signals (labels made before
+    decisions by default, or the held-out dev ones) with the trained student's scores, choose its threshold and
+    floor `k_min` on the dev decisions (pooled over the training domains), write `combiner.json`; None when the labels lack the runtime signals (labels made before
     RENDER_VERSION 2) or `combiner.enabled=false`."""
     from damc.scorer.combiner import fit_combiner, has_features
 
@@ -350,9 +421,13 @@ def _fit_combiner(cfg: Any, student: _Student, data: _PreparedData, out_dir: Pat
         rows = df[df.decision_id.isin({d.decision_id for d in decs})].reset_index(drop=True)
         scores = score_rows(student, rows, int(cfg.model.max_length))
         parts[name] = (rows, scores)
+    dev_rows = parts["dev"][0]
+    dev_domains = dev_rows["decision_id"].map(data.domains).tolist() if len(data.sources) > 1 else None
+    k_min = cfg.combiner.get("k_min", "auto")
     comb, tau, report = fit_combiner(*parts["train"], *parts["dev"], min_delta=float(cfg.combiner.min_delta),
                                      fit_on=str(cfg.combiner.get("fit_on", "train")),
-                                     features=str(cfg.combiner.get("features", "auto")))
+                                     features=str(cfg.combiner.get("features", "auto")),
+                                     k_min="auto" if k_min in (None, "auto") else k_min, dev_domains=dev_domains)
     comb.save(out_dir / "combiner.json")
     return {**report, "threshold_choice": report.get("threshold"), "threshold": tau}  # tau: a number or None
 
@@ -379,7 +454,7 @@ def _train_metadata(cfg: Any, student: _Student, data: _PreparedData) -> dict[st
             "card_render": data.card_render,
             "teacher": teachers[0] if len(teachers) == 1 else teachers,
             "estimators": sorted(set(data.labels.unique("estimator"))), "normalization": vars(data.norm),
-            "loss": {k: float(v) for k, v in cfg.trainer.loss.items()}, "labels": str(cfg.data.labels),
+            "loss": {k: float(v) for k, v in cfg.trainer.loss.items()}, "labels": ", ".join(data.sources),
             "dev_episodes": sorted({d.episode_id for d in data.dev}),
             "config": OmegaConf.to_container(cfg, resolve=True)}
 
@@ -419,6 +494,7 @@ def main(cfg: Any) -> dict[str, Any]:
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
     meta = _train_metadata(cfg, student, data)
     meta["threshold"] = combiner["threshold"] if combiner else None
+    meta["k_min"] = combiner["k_min"] if combiner else None   # None: no threshold, so no floor was chosen
     (out_dir / "train_meta.json").write_text(json.dumps(meta, indent=2, default=str))
     if report_to:
         _log_wandb(flatten(metrics, "fidelity/"), out_dir)

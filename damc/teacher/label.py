@@ -103,6 +103,7 @@ def _fingerprint(cfg: Any) -> dict[str, Any]:
         teacher.pop(k, None)
     estimator = OmegaConf.to_container(cfg.estimator, resolve=True)
     estimator.pop("reuse_prefix", None)  # naive or reused: same deltas
+    from damc.configs import memory_fingerprint  # the keys hashed before the schema, plus non-defaults
     from damc.query import RENDER_VERSION
 
     grounded = is_grounded(cfg)   # no model: the teacher's settings and its window do not enter
@@ -110,7 +111,7 @@ def _fingerprint(cfg: Any) -> dict[str, Any]:
             "per_episode": cfg.get("per_episode"), "sample_seed": cfg.get("sample_seed", 0),
             **({"per_episode_from": "decisions with a history"} if cfg.get("per_episode") is not None else {}),
             **({} if grounded else {"teacher": teacher}), "estimator": estimator,
-            "memory": OmegaConf.to_container(cfg.memory, resolve=True),
+            "memory": memory_fingerprint(OmegaConf.to_container(cfg.memory, resolve=True)),
             **({} if grounded else {"max_context_tokens": cfg.max_context_tokens}), "render_version": RENDER_VERSION,
             **({"render": cfg.render} if cfg.get("render", "template") != "template" else {}),
             "delta_units": "grounded target (unitless)" if grounded else "nats per action token"}

@@ -158,14 +158,15 @@ pairs = [(ctx.decision_query, render_card(mem.expand(s.card_id))) for s in ctx.s
 fp32 = CardScorer.from_pretrained({str(fp32_dir)!r}, backend="onnx").predict(pairs)
 print("RESULT", json.dumps({{"valuer": ctx.valuer, "selector": ctx.selector, "encoder": mem.index.model_name,
       "scorer": repr(scorer), "kept": [s.card_id for s in ctx.selected], "n": ctx.n_candidates, "pairs": pairs,
-      "fp32": fp32.tolist(), "values": [s.value for s in ctx.selected],
+      "fp32": fp32.tolist(), "values": [s.value for s in ctx.selected if s.kept_by != "floor"],
       "heavy": sorted(m for m in ("torch", "transformers", "sentence_transformers") if m in sys.modules)}}))
 """
     res = json.loads(run_light(code).split("RESULT ", 1)[1].splitlines()[0])
     assert res["heavy"] == []
     assert res["valuer"] == "cached(scorer+combiner)" and res["selector"].startswith("threshold")
     assert res["encoder"] == "minilm-l6-onnx-int8" and "backend=onnx, dtype=int8" in res["scorer"]
-    assert res["n"] >= 5 and res["kept"] and all(v > 0.0 for v in res["values"])  # Threshold(0.0) on the combiner
+    # Threshold(0.0) on the combiner: what it keeps is above 0, or kept by its floor (k_min: DEFAULT_K_MIN here)
+    assert res["n"] >= 5 and res["kept"] and all(v > 0.0 for v in res["values"])
     # the torch-free tokenizer + onnxruntime give the torch model's scores (HF tokenizer, fp32) on the same pairs
     want = CardScorer.from_pretrained(fp32_dir, backend="torch").predict([tuple(p) for p in res["pairs"]])
     np.testing.assert_allclose(res["fp32"], want, atol=1e-3)

@@ -71,6 +71,16 @@ def test_a_missing_required_value_is_one_usage_line_and_exit_2():
         "damc export: missing required value 'out' — usage: damc export run_dir=RUN out=SCORER [KEY=VALUE ...] [-v]")
 
 
+def test_a_mistyped_memory_override_stops_before_any_work_naming_the_key(tmp_path):
+    """`memory:` is the MemoryConfig schema (damc.configs): a value of the wrong type is Hydra's error, naming the
+    key and the type expected, before the label run creates anything."""
+    proc = _run("-m", "damc.cli", "label", f"data.path={SAMPLES / 'synthetic_sample.jsonl'}",
+                f"out_dir={tmp_path / 'labels'}", "memory.top_n=abc")
+    assert proc.returncode == 1 and not (tmp_path / "labels").exists()
+    assert "Value 'abc' of type 'str' could not be converted to Integer" in proc.stderr
+    assert "full_key: memory.top_n" in proc.stderr
+
+
 def test_damc_command_help_names_the_command_and_its_usage():
     proc = _run("-m", "damc.cli", "train", "--help")
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -117,7 +117,7 @@ def test_export_load_score_rank_roundtrip_and_onnx(scorer_dir, tmp_path):
     assert np.abs(bf16.score(query, texts) - scores[:-1]).max() < 0.05   # bf16 rounding only
 
 
-def test_a_users_memory_selects_with_the_dev_chosen_threshold(scorer_dir, tmp_path):
+def test_a_users_memory_selects_with_the_dev_chosen_threshold(run_dir, scorer_dir, tmp_path):
     """`DecisionAwareMemory(path, scorer=DIR)`: τ is a number in damc_scorer.json and becomes the default
     `Threshold`; a scorer exported with the older format (the combiner's whole threshold report) still loads."""
     import shutil
@@ -133,6 +133,9 @@ def test_a_users_memory_selects_with_the_dev_chosen_threshold(scorer_dir, tmp_pa
         assert isinstance(mem.selector, TopK)
     else:
         assert isinstance(tau, float) and isinstance(mem.selector, Threshold) and mem.selector.min_value == tau
+        # the floor under τ was chosen on the same dev decisions and travels to the runtime's selector
+        chosen = json.loads((run_dir / "metrics.json").read_text())["combiner"]["floor"]["k_min"]
+        assert meta["format_version"] == 3 and meta["k_min"] == chosen == mem.selector.k_min >= 1
     old = tmp_path / "old"
     shutil.copytree(scorer_dir, old)
     meta["threshold"] = {"tau": 0.125, "f1": 0.5, "min_delta": 0.05, "chosen_on": "dev"}

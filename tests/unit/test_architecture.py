@@ -83,7 +83,7 @@ BELOW_ROOF = ("damc.cards", "damc.query", "damc.templates", "damc.prompting", "d
               "damc.runtime", "damc.teacher", "damc.scorer", "damc.eval")
 RULES = [
     ("damc.runtime", ("damc.teacher", "damc.scorer.train", "damc.scorer.export", "damc.scorer.losses", "damc.eval",
-                      "damc.pipeline", "damc.bench")),
+                      "damc.pipeline", "damc.bench", "damc.configs")),  # the Hydra schemas sit above the runtime
     ("damc.teacher", ("damc.scorer", "damc.eval", "damc.pipeline", "damc.bench")),  # siblings: teacher ↛ scorer
     ("damc.scorer", ("damc.teacher", "damc.eval", "damc.pipeline", "damc.bench")),  # scorer ↛ teacher
     ("damc.eval", ("damc.pipeline", "damc.bench")),
@@ -201,21 +201,28 @@ def test_one_llm_config_group():
         assert (PKG / "configs" / "llm" / f.name).exists()
 
 
-def test_the_memory_yaml_repeats_no_default_that_differs_from_the_dataclass():
-    """configs/memory/default.yaml and evaluate.yaml's `memory:` still spell MemoryConfig's values (the label and
-    record fingerprints hash them, so removing them would invalidate every stored run); until they become
-    overrides of a ConfigStore schema, each must equal the dataclass default it repeats."""
+def test_no_yaml_repeats_a_dataclass_default():
+    """The dataclass configs registered in Hydra's ConfigStore (`damc.configs`) are the one home of their defaults:
+    a YAML file setting one of their fields holds an override (a value that differs from the dataclass's), never a
+    copy; `configs/memory/default.yaml` and `make_data.yaml` compose the schemas, and no other top config spells
+    a `memory:` section."""
     import dataclasses
 
-    from hydra import compose, initialize_config_dir
+    import yaml
 
-    from damc.models import DEFAULT_ENCODER
-    from damc.runtime.config import MemoryConfig
+    from damc.configs import MemorySettings
+    from damc.data.tau2 import Tau2Config
 
-    defaults = {f.name: f.default for f in dataclasses.fields(MemoryConfig)}
-    with initialize_config_dir(config_dir=str(PKG / "configs"), version_base="1.3"):
-        for name in ("label", "evaluate"):
-            mem = dict(compose(name, overrides=["data.path=x", "out_dir=y"]).memory)
-            assert mem.pop("encoder") == DEFAULT_ENCODER
-            drift = {k: (v, defaults.get(k, "not a MemoryConfig field")) for k, v in mem.items() if defaults.get(k) != v}
-            assert not drift, f"{name}.yaml memory settings differ from MemoryConfig's defaults: {drift}"
+    def copies(node: dict, schema: type) -> dict:
+        defaults = {f.name: f.default for f in dataclasses.fields(schema)}
+        return {k: v for k, v in node.items() if k in defaults and defaults[k] == v}
+
+    memory = yaml.safe_load((PKG / "configs" / "memory" / "default.yaml").read_text()) or {}
+    assert memory.pop("defaults") == ["base_memory", "_self_"]
+    assert not copies(memory, MemorySettings), f"memory/default.yaml repeats defaults: {copies(memory, MemorySettings)}"
+    for f in sorted((PKG / "configs").rglob("*.yaml")):
+        cfg = yaml.safe_load(f.read_text()) or {}
+        assert not copies(cfg.get("memory") or {}, MemorySettings), f"{f.name}'s memory: repeats MemoryConfig defaults"
+        assert not copies(cfg.get("tau2") or {}, Tau2Config), f"{f.name}'s tau2: repeats Tau2Config defaults"
+    make_data = yaml.safe_load((PKG / "configs" / "make_data.yaml").read_text())
+    assert "base_tau2@tau2" in make_data["defaults"]

@@ -13,6 +13,7 @@ from damc.cards import (
     detect_status,
     encode_episode,
     encode_messages,
+    fact_cards,
     parse_result,
     token_counter,
 )
@@ -89,3 +90,20 @@ def test_bad_streams():
         encode_messages([{"role": "assistant", "tool_calls": [
             {"id": "c", "function": {"name": "f", "arguments": "{"}}]}], "e")
     assert json.loads(json.dumps([c.to_dict() for c in encode_messages([{"role": "user", "content": "hi"}], "e")]))
+
+
+def test_fact_cards_are_the_converters_searchable_cards():
+    """One entry per message: user turns by content, tool results by their JSON leaves under the call's card id
+    (None for a result of no call), anything else empty; both converters' key cards read it (`[:k]`)."""
+    from damc.data.tau2_user import key_card_ids
+
+    call = {"id": "c1", "type": "function", "function": {"name": "get_order", "arguments": '{"order_id": "W123"}'}}
+    msgs = [{"role": "system", "content": "be nice"}, {"role": "user", "content": "order #W123 please"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": '{"order": {"id": "W123", "total": 348.0}}'},
+            {"role": "tool", "tool_call_id": "nope", "content": "orphan W123"},
+            {"role": "assistant", "content": "done"}]
+    assert fact_cards("e", msgs) == [(None, ""), ("e:1", "order #W123 please"), (None, ""),
+                                     ("e:2:0", "order\nid\nW123\ntotal\n348.0"), (None, "orphan W123"), (None, "")]
+    assert key_card_ids("e", msgs, {2: ["#W123"], 5: [348, "zz"], 9: ["W123"]}) == (
+        {"2": ["e:1"], "5": ["e:2:0"]}, {"2": ["#W123"], "5": [348]})

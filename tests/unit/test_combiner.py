@@ -9,7 +9,7 @@ import pytest
 
 from damc.cards import Card
 from damc.runtime.combiner import FEATURES, Combiner, base_features, candidate_features
-from damc.scorer.combiner import choose_threshold, feature_matrix, fit, fit_combiner
+from damc.scorer.combiner import choose_k_min, choose_threshold, feature_matrix, fit, fit_combiner
 
 
 def _rows(n_dec=30, n_cards=12, seed=0):
@@ -115,6 +115,52 @@ def test_choose_threshold_maximises_f1():
     tau, f1 = choose_threshold(pred, delta, 0.3)
     assert tau == pytest.approx(0.2) and f1 == pytest.approx(6 / 7)   # keep 4: all 3 positives, 1 false one
     assert choose_threshold(pred, np.zeros(5), 0.3) == (None, 0.0)
+
+
+def test_choose_k_min_picks_the_top_k_rule_with_the_best_f1_whatever_the_scale():
+    # 3 decisions of 6 cards; the two best-ranked cards of each are the ones that matter, on shifted scales
+    pred = np.concatenate([np.array([6, 5, 4, 3, 2, 1.0]) + off for off in (0.0, -100.0, 50.0)])
+    delta = np.tile([0.5, 0.4, 0.0, 0.0, 0.0, 0.0], 3)
+    groups = np.repeat(["a", "b", "c"], 6)
+    k, rep = choose_k_min(pred, delta, groups, 0.3)
+    assert k == 2 == rep["top_k_best"] and rep["f1_top_k"] == pytest.approx(1.0)
+    # τ = 5 fits decision a's scale only: it keeps none of b and all of c; the floor gives b its two best back
+    k, rep = choose_k_min(pred, delta, groups, 0.3, tau=5.0)
+    assert k == 2 and rep["f1_threshold_alone"] == pytest.approx(8 / 14)    # kept 8, 4 of the 6 that matter
+    assert rep["f1_threshold_and_floor"] == pytest.approx(12 / 16)         # kept 10, all 6
+    # one more matters in decision a only: F1 of top-2 (12/13) still beats top-3 (14/16)
+    delta[2] = 0.5
+    assert choose_k_min(pred, delta, groups, 0.3)[0] == 2
+    assert choose_k_min(pred, np.zeros(18), groups, 0.3)[0] == 0          # nothing matters: no floor to learn
+    # every card matters: the best top-k rule keeps all six, capped at what τ keeps in the median decision (2)
+    k, rep = choose_k_min(pred, np.ones(18), groups, 0.3, tau=5.0)
+    assert (rep["top_k_best"], rep["cap_median_kept_by_tau"], k) == (6, 2, 2)
+    assert choose_k_min(pred, np.ones(18), groups, 0.3, tau=1e9)[0] == 1    # τ keeps none: a floor of one
+
+
+def test_tau_and_k_min_are_chosen_on_the_pooled_dev_of_every_domain():
+    """Two training domains whose deltas sit on different scales: τ is the pooled one (reported beside each
+    domain's own), and k_min comes from the same pooled rows."""
+    train, st = _rows(seed=0)
+    dev_a, st_a = _rows(n_dec=10, seed=1)
+    dev_b, st_b = _rows(n_dec=10, seed=2)
+    dev_b = dev_b.assign(decision_id="b" + dev_b["decision_id"], delta=dev_b["delta"] - 0.1)   # a lower scale
+    dev, st_dev = pd.concat([dev_a, dev_b], ignore_index=True), np.concatenate([st_a, st_b])
+    doms = ["a"] * len(dev_a) + ["b"] * len(dev_b)
+    comb, tau, rep = fit_combiner(train, st, dev, st_dev, min_delta=0.1, dev_domains=doms)
+    by = rep["threshold"]["by_domain"]
+    assert rep["threshold"]["pooled_domains"] == ["a", "b"] and by["a"]["decisions"] == by["b"]["decisions"] == 10
+    pred = comb.predict(feature_matrix(dev, st_dev))
+    assert tau == choose_threshold(pred, dev["delta"].to_numpy(), 0.1)[0]                 # the pooled τ ships
+    assert (tau, rep["k_min"]) == (rep["threshold"]["tau"], rep["floor"]["k_min"]) and rep["k_min"] >= 1
+    assert rep["k_min"] == choose_k_min(pred, dev["delta"].to_numpy(), dev["decision_id"].to_numpy(), 0.1, tau)[0]
+    assert rep["floor"]["chosen_on"] == "dev"
+    _, _, forced = fit_combiner(train, st, dev, st_dev, min_delta=0.1, k_min=0)
+    assert forced["k_min"] == 0 and forced["floor"]["chosen_by"] == "forced (combiner.k_min)"
+    with pytest.raises(ValueError, match="k_min must be 'auto' or a whole number"):
+        fit_combiner(train, st, dev, st_dev, k_min=-1)
+    with pytest.raises(ValueError, match="dev_domains has 3 entries"):
+        fit_combiner(train, st, dev, st_dev, dev_domains=["a"] * 3)
 
 
 def test_bad_combiner_files_are_refused_with_the_reason(tmp_path):
