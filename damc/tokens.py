@@ -226,6 +226,18 @@ class TokenCounter:
         return cls(copy.deepcopy(tokenizer.backend_tokenizer), getattr(tokenizer, "chat_template", None),
                    {k: str(v) for k, v in special.items() if v is not None}, name or tokenizer.name_or_path)
 
+    def save(self, path: str | Path) -> Path:
+        """Write what `from_dir` reads back into the same counter: `tokenizer.json`, `tokenizer_config.json` (the
+        special tokens) and `chat_template.jinja` when there is a template (e.g. a GGUF's tokenizer, once, for a
+        package that ships no GGUF: `damc.pipeline.ship`). Returns the directory."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.backend.save(str(path / "tokenizer.json"), pretty=False)
+        (path / "tokenizer_config.json").write_text(json.dumps(self.special_tokens, indent=2, sort_keys=True) + "\n")
+        if self.chat_template:
+            (path / "chat_template.jinja").write_text(self.chat_template)
+        return path
+
     # -- counting
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
@@ -284,18 +296,28 @@ def _hf_gguf_tokenizer(path: Path, kind: Any) -> Any:
 
 @functools.lru_cache(maxsize=8)
 def load_token_counter(name_or_path: str) -> TokenCounter:
-    """A `TokenCounter` (cached per process) for a registry model (`damc.models.REGISTRY`), a `.gguf` file, a
-    directory with `tokenizer.json`, or — through transformers (`[train]` extra) — any other HF id.
+    """A `TokenCounter` (cached per process) for a registry model (`damc.models.REGISTRY`; without its package, the
+    tokenizer files the package ships, `damc.models.shipped_path`), a `.gguf` file, a directory with
+    `tokenizer.json`, or — through transformers (`[train]` extra) — any other HF id.
 
     Raises:
-        ModelNotAvailableError: a registry model whose package is not installed.
+        ModelNotAvailableError: a registry model whose package is not installed and whose tokenizer is not shipped.
         FileNotFoundError: a local path (existing, absolute, `./`-relative, or ending in .json/.gguf) that holds no
             tokenizer; the message names the path.
         ValueError: a corrupt `tokenizer.json` / `tokenizer_config.json` / GGUF header, named.
     """
-    from damc.models import REGISTRY, packaged_path
+    from damc.models import REGISTRY, ModelNotAvailableError, packaged_path, shipped_path
 
-    path = packaged_path(name_or_path) if name_or_path in REGISTRY else Path(name_or_path).expanduser()
+    if name_or_path in REGISTRY:
+        try:
+            path = packaged_path(name_or_path)
+        except ModelNotAvailableError:   # a light install: the tokenizer files shipped in the package, if any
+            path = shipped_path(name_or_path)
+            if path is None:
+                raise
+            logger.debug("%s: package not installed; counting with the shipped tokenizer %s", name_or_path, path)
+    else:
+        path = Path(name_or_path).expanduser()
     if path.suffix == ".gguf" and path.is_file():
         return TokenCounter.from_gguf(path)
     if path.name == "tokenizer.json" and path.is_file():

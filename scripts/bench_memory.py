@@ -80,7 +80,7 @@ def bench_ingest(n_cards: int, tokenizer: str | None, rng: random.Random) -> dic
     from damc.runtime.memory import DecisionAwareMemory
 
     with tempfile.TemporaryDirectory() as d:
-        mem = DecisionAwareMemory(d, tokenizer=tokenizer)
+        mem = DecisionAwareMemory(d, valuer="heuristic", tokenizer=tokenizer)
         sessions = []
         n = 0
         while n < n_cards:
@@ -186,7 +186,7 @@ def bench_big_result(mb: float, turns: int, tokenizer: str | None, rng: random.R
              "big": base + [{"role": "tool", "tool_call_id": "x", "content": big}] + tail}
     times: dict[str, dict[str, list[float]]] = {"after": {"normal": [], "big": []}, "fresh": {"normal": [], "big": []}}
     with tempfile.TemporaryDirectory() as d:
-        mems = {k: DecisionAwareMemory(os.path.join(d, k), tokenizer=tokenizer) for k in convs}
+        mems = {k: DecisionAwareMemory(os.path.join(d, k), valuer="heuristic", tokenizer=tokenizer) for k in convs}
         for k, mem in mems.items():                            # warm-up: encoder, tokenizer, FAISS
             mem.build_context(base[:-1], tools=tools)
         arrival = {k: mems[k].build_context(convs[k], tools=tools).timings_ms for k in convs}
@@ -509,7 +509,7 @@ def bench_backend_context(place: BackendPlace, n_cards: int, decisions: int, rng
     from damc.runtime.memory import DecisionAwareMemory, MemoryConfig
 
     cfg = MemoryConfig(share_sessions=True, encoder_backend="onnx")
-    mem = DecisionAwareMemory(place.new("context"), config=cfg)
+    mem = DecisionAwareMemory(place.new("context"), valuer="heuristic", config=cfg)
     s = 0
     while len(mem) < n_cards:
         mem.add_messages(session_messages(s, 10, rng)[1:], session_id=f"s{s}")

@@ -57,7 +57,8 @@ def cards_digest(cards: list[Card]) -> str:
 def _open(path: str, encoder: str) -> Any:
     from damc.runtime.memory import DecisionAwareMemory, MemoryConfig
 
-    return DecisionAwareMemory(path, encoder=encoder, tokenizer=None, config=MemoryConfig(stamp_time=False))
+    return DecisionAwareMemory(path, valuer="heuristic", encoder=encoder, tokenizer=None,
+                               config=MemoryConfig(stamp_time=False))
 
 
 def drive(memory: Any, worker: int, turns: int) -> dict[str, Any]:

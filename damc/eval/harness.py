@@ -302,11 +302,13 @@ def memory_config(cfg: Any) -> Any:
 
 
 def new_memory(cfg: Any, llm: DecisionLLM) -> Any:
-    """A fresh in-memory `DecisionAwareMemory` counting tokens with the decision LLM's tokenizer."""
+    """A fresh in-memory `DecisionAwareMemory` counting tokens with the decision LLM's tokenizer (every card policy
+    brings its own valuer, so the memory's own is the heuristic prior: no scorer is loaded for it)."""
     from damc.runtime.memory import DecisionAwareMemory
 
     encoder = (cfg.get("memory") or {}).get("encoder", DEFAULT_ENCODER)
-    return DecisionAwareMemory(None, encoder=encoder, tokenizer=llm.tokenizer, config=memory_config(cfg))
+    return DecisionAwareMemory(None, valuer="heuristic", encoder=encoder, tokenizer=llm.tokenizer,
+                               config=memory_config(cfg))
 
 
 def score_prompt(out: PolicyOutput, d: Decision, llm: DecisionLLM, cache: dict[str, dict[str, Any]],

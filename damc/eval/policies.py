@@ -5,7 +5,7 @@
 own `build_context` with its valuer: the same candidates (FAISS top-N ∪ recent ∪ pinned, capped), the same
 packing rule (`damc.runtime.select`), the same compressor and the same assembly. They differ only in how they
 value cards. `damc` is the runtime exactly as `DecisionAwareMemory(path, scorer=...)` runs for a user
-(`damc.runtime.memory.default_valuer`); `heuristic` is the runtime without a scorer.
+(`damc.runtime.memory.default_valuer`); `heuristic` is the runtime with `valuer="heuristic"` (no scorer).
 
 **Message policies** (`full`, `window`, `obs_mask`) keep chat messages instead of cards.
 
@@ -279,14 +279,14 @@ class DAMCPolicy(CardPolicy):
 
 
 class HeuristicPolicy(CardPolicy):
-    """The runtime without a scorer: its default valuer, the heuristic cold-start prior."""
+    """The runtime without a scorer: `DecisionAwareMemory(valuer="heuristic")`, the heuristic cold-start prior."""
 
     name = "heuristic"
 
     def make_valuer(self, env, gold=None):
-        from damc.runtime.memory import default_valuer
+        from damc.runtime.memory import named_valuer
 
-        return default_valuer(None, getattr(env, "memory", None))
+        return named_valuer("heuristic", None, getattr(env, "memory", None))
 
 
 class RecencyPolicy(CardPolicy):

@@ -1,8 +1,9 @@
 """`make reproduce`: every stage of a study profile in order, then `<out_dir>/report.md`.
 
-    data → labels → train + export → learning curve (optional) → evaluate each dataset → report
+    data → labels → train + export → learning curve (optional) → evaluate each dataset → ship (optional) → report
 
-The stages are `damc.pipeline.study.Study`'s; the learning curve is `damc.pipeline.curve.study_curve`. This
+The stages are `damc.pipeline.study.Study`'s; the learning curve is `damc.pipeline.curve.study_curve`; `ship:` (the
+`default_scorer` profile) copies the student into the package (`damc.pipeline.ship`). This
 module only chains them (it is what `scripts/reproduce.py` runs), so the study and the curve import neither
 this module nor each other's callers.
 
@@ -31,10 +32,19 @@ def run_study(cfg: Any) -> dict[str, Any]:
     scorer = study.train_export(labels)
     curve = study_curve(study, labels, (study.out / "run", scorer, study.exported))
     evals = study.evaluate(scorer, labels)
-    text = report({n: e["results"] for n, e in evals.items()}, policy="damc",
-                  operating={n: e["operating"] for n, e in evals.items() if e["operating"]})
+    if cfg.evaluate.get("test", True):
+        text = report({n: e["results"] for n, e in evals.items()}, policy="damc",
+                      operating={n: e["operating"] for n, e in evals.items() if e["operating"]})
+    else:   # dev splits only, selection measured without a decision LLM (score=false): the harness's tables
+        from damc.eval.results import results_table
+
+        text = "".join(f"### {n}\n\n{results_table(e['results'])}\n" for n, e in evals.items())
     if curve:
         text += "\n## Learning curve (`curve/curve.png`)\n\n" + curve
+    if cfg.get("ship"):   # experiment=default_scorer: the student into the package, with checksums
+        from damc.pipeline.ship import ship
+
+        text += "\n" + ship(study, evals)["summary"]
     text += "\n" + stage_times(study)
     atomic_write_text(study.out / "report.md", text)
     print(text + f"\nreport: {study.out / 'report.md'} (total {time.perf_counter() - t0:.0f} s)", flush=True)

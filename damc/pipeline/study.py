@@ -45,8 +45,9 @@ def _results(res: dict[str, Any] | None, out_dir: Path) -> dict[str, Any]:
 class Study:
     """The stages of one study profile, with their paths and fingerprint chain."""
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: Any, dry_run: bool = False):
         self.cfg = cfg
+        self.dry_run = dry_run   # compose and fingerprint every stage, run none (`damc.pipeline.ship`'s check)
         self.out = Path(cfg.out_dir)
         self.stages_dir = self.out / "stages"
         self.before = ""
@@ -71,6 +72,8 @@ class Study:
         stage_cfg = compose_stage(config_name, overrides)
         fp = fingerprint(key, stage_cfg, self.before)
         self.before = fp
+        if self.dry_run:
+            return None
         if is_done(self.stages_dir, key, fp):
             print(f"[{key}] done earlier (same settings)", flush=True)
             return None
@@ -123,6 +126,9 @@ class Study:
                     f"data.path={dev}", f"out_dir={self.out / 'eval' / name / 'dev'}", *common, *extra,
                     *[str(o) for o in ev.dev_overrides]])
                 ops[name] = operating_points(_results(res, self.out / "eval" / name / "dev"))
+        if not ev.get("test", True):   # dev splits only (the profile chooses and reports on dev)
+            return {f"{name} · dev": {"results": _results(None, self.out / "eval" / name / "dev"), "operating": o}
+                    for name, o in ops.items()}
         for name, ds in self.datasets.items():
             extra = [str(o) for o in ds.get("evaluate") or []]
             test_dir = self.out / "eval" / name / "test"

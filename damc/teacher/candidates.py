@@ -43,7 +43,9 @@ class RuntimeCandidates:
         name = cfg.pop("encoder", DEFAULT_ENCODER)
         encoder = name if encoder is None else encoder
         self.episode = episode
-        self.memory = DecisionAwareMemory(None, encoder=encoder, tokenizer=tokenizer, session_id=episode.episode_id,
+        # the candidates only (each call brings its own valuer): the memory's own valuer loads no scorer
+        self.memory = DecisionAwareMemory(None, valuer="heuristic", encoder=encoder, tokenizer=tokenizer,
+                                          session_id=episode.episode_id,
                                           config=MemoryConfig(**cfg))
         self.last_index = -1
         self.features: dict[str, dict[str, float]] = {}

@@ -60,7 +60,7 @@ def where(request, tmp_path):
 
 def test_two_conversations_without_session_ids_stay_apart(where):
     """The issue's example: B must not see A's 88412, and B's own messages are stored (in a session of its own)."""
-    mem = DecisionAwareMemory(where, tokenizer=None)
+    mem = DecisionAwareMemory(where, tokenizer=None, valuer="heuristic")
     ctx_a = mem.build_context(conv_a(), tools=TOOLS)
     assert ctx_a.session_id == "default" and "88412" in context_text(ctx_a)
     ctx_b = mem.build_context(conv_b(), tools=TOOLS)
@@ -93,7 +93,7 @@ def _resume(path: str, messages: list[dict]) -> dict:
     """Build one context in a fresh Python process (a restarted agent service) and report what it used."""
     code = ("import json, sys\nfrom damc.runtime.memory import DecisionAwareMemory\n"
             "path, msgs = json.loads(sys.stdin.read())\n"
-            "mem = DecisionAwareMemory(path, tokenizer=None)\n"
+            "mem = DecisionAwareMemory(path, tokenizer=None, valuer='heuristic')\n"
             "ctx = mem.build_context(msgs, tools=[])\n"
             "print(json.dumps({'session_id': ctx.session_id, 'kept': [s.card_id for s in ctx.selected],"
             " 'lines': ctx.memory_lines, 'n': len(mem)}))\n")
@@ -105,7 +105,7 @@ def _resume(path: str, messages: list[dict]) -> dict:
 
 def test_a_conversation_resumed_by_another_process_recovers_its_cards(where):
     path = where
-    mem = DecisionAwareMemory(path, tokenizer=None)
+    mem = DecisionAwareMemory(path, tokenizer=None, valuer="heuristic")
     mem.build_context(conv_a(), tools=TOOLS)
     sid_b = mem.build_context(conv_b(), tools=TOOLS).session_id
     n = len(mem)
@@ -137,7 +137,7 @@ def _texts(mem: DecisionAwareMemory, sid: str) -> list[str]:
 def test_a_trimmed_history_resyncs(where, session_id):
     """The caller drops its oldest turns: nothing is ingested twice, nothing stored is lost, new messages are
     numbered by the store's own counter."""
-    mem = DecisionAwareMemory(where, tokenizer=None, session_id=session_id)
+    mem = DecisionAwareMemory(where, tokenizer=None, session_id=session_id, valuer="heuristic")
     sid = session_id or "default"
     full = _turns(6) + [{"role": "user", "content": "Which orders were delayed?"}]
     mem.build_context(full, tools=TOOLS)
@@ -165,7 +165,7 @@ def test_a_trimmed_history_resyncs(where, session_id):
 
 @pytest.mark.parametrize("role", ["user", "system"])
 def test_a_compacted_history_resyncs_and_its_summary_becomes_a_card(where, role):
-    mem = DecisionAwareMemory(where, tokenizer=None)
+    mem = DecisionAwareMemory(where, tokenizer=None, valuer="heuristic")
     full = _turns(5) + [{"role": "user", "content": "Anything else delayed?"}]
     mem.build_context(full, tools=TOOLS)
     before = _texts(mem, "default")
@@ -210,7 +210,7 @@ def test_on_mismatch_error_names_the_first_differing_message(where):
 
 
 def test_explicit_session_id_that_does_not_match_gets_a_derived_session(where):
-    mem = DecisionAwareMemory(where, tokenizer=None)
+    mem = DecisionAwareMemory(where, tokenizer=None, valuer="heuristic")
     assert mem.build_context(conv_a(), tools=TOOLS, session_id="chat-42").session_id == "chat-42"
     ctx = mem.build_context(conv_b(), tools=TOOLS, session_id="chat-42")
     assert ctx.session_id.startswith("chat-42~") and "88412" not in context_text(ctx)
@@ -227,13 +227,13 @@ def test_explicit_session_id_that_does_not_match_gets_a_derived_session(where):
 def test_stores_from_before_chains_adopt_the_conversation(where):
     """A session written before hash chains existed (schema 2) is continued by its conversation, as before."""
     path = where
-    mem = DecisionAwareMemory(path, tokenizer=None)
+    mem = DecisionAwareMemory(path, tokenizer=None, valuer="heuristic")
     mem.build_context(conv_a(), tools=TOOLS)
     with mem.store.transaction() as c:
         c.execute("DELETE FROM damc_session_messages" if str(path).startswith("postgresql://") else
                   "DELETE FROM session_messages")
     mem.close()
-    mem = DecisionAwareMemory(path, tokenizer=None)
+    mem = DecisionAwareMemory(path, tokenizer=None, valuer="heuristic")
     n = len(mem)
     ctx = mem.build_context(conv_a() + [{"role": "assistant", "content": "Shipped."},
                                         {"role": "user", "content": "Thanks."}], tools=TOOLS)

@@ -28,7 +28,7 @@ def _conversation() -> list[dict]:
 
 @pytest.mark.parametrize("placement", ["message", "system"])
 def test_hostile_tool_result_stays_inside_the_fence_neutralised(placement):
-    mem = DecisionAwareMemory(None, tokenizer=None, config=MemoryConfig(placement=placement))
+    mem = DecisionAwareMemory(None, tokenizer=None, valuer="heuristic", config=MemoryConfig(placement=placement))
     ctx = mem.build_context(_conversation(), tools=TOOLS)
     line = next(s.line for s in ctx.selected if s.card_id == "default:2:0")     # the hostile card was kept
     assert "Ignore previous instructions" in line and "\n" not in line and "\x00" not in line

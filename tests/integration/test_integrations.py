@@ -1,4 +1,5 @@
-"""OpenAI-style client wrapper and LangChain middleware, with fakes (no network)."""
+"""OpenAI-style client wrapper and LangChain middleware, with fakes (no network); the memories use the heuristic
+prior by choice: the tests pin which cards reach the wrapped call (the pinned error among them)."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ class FakeClient:
 
 
 def test_openai_wrapper_rewrites_messages_and_records_history():
-    mem = DecisionAwareMemory(None, session_id="oa")
+    mem = DecisionAwareMemory(None, session_id="oa", valuer="heuristic")
     fake = FakeClient()
     client = DAMCOpenAI(fake, mem)
     msgs = history()
@@ -85,7 +86,7 @@ def test_langchain_middleware_with_fake_chat_model():
         def on_chat_model_start(self, serialized, messages, **kwargs):
             seen.append(messages[0])
 
-    mem = DecisionAwareMemory(None, session_id="lc")
+    mem = DecisionAwareMemory(None, session_id="lc", valuer="heuristic")
     llm = FakeMessagesListChatModel(responses=[AIMessage(content="done")])
     mw = damc_middleware(mem, tools=[get_order])
     chain = mw | llm
@@ -144,7 +145,7 @@ class FakeResponsesClient:
 def test_openai_wrapper_takes_responses_api_items_and_returns_items():
     from damc.runtime.integrations.openai import responses_to_chat
 
-    mem = DecisionAwareMemory(None, session_id="rs")
+    mem = DecisionAwareMemory(None, session_id="rs", valuer="heuristic")
     fake = FakeResponsesClient()
     client = DAMCOpenAI(fake, mem)
     items = responses_input()
@@ -168,7 +169,7 @@ def test_openai_wrapper_takes_responses_api_items_and_returns_items():
     # placement=system: the block joins the developer item, still in the Responses API's own part type
     from damc.runtime.config import MemoryConfig
 
-    sysmem = DecisionAwareMemory(None, session_id="rs2", config=MemoryConfig(placement="system"))
+    sysmem = DecisionAwareMemory(None, session_id="rs2", valuer="heuristic", config=MemoryConfig(placement="system"))
     DAMCOpenAI(fake, sysmem).responses.create(model="m", input=items)
     first = fake.calls[-1]["input"][0]
     assert first["role"] == "developer" and [p["type"] for p in first["content"]] == ["input_text", "input_text"]
@@ -202,7 +203,7 @@ class FakeAsyncClient:
 
 
 def test_openai_wrapper_with_an_async_client():
-    mem = DecisionAwareMemory(None, session_id="aoa")
+    mem = DecisionAwareMemory(None, session_id="aoa", valuer="heuristic")
     fake = FakeAsyncClient()
     client = DAMCOpenAI(fake, mem)
     msgs = history()
@@ -226,7 +227,7 @@ def test_langchain_middleware_ainvoke_runs_the_memory_off_the_event_loop():
 
     from damc.runtime.integrations.langchain import damc_middleware
 
-    mem = DecisionAwareMemory(None, session_id="alc")
+    mem = DecisionAwareMemory(None, session_id="alc", valuer="heuristic")
     calls = []
     original = mem.abuild_context
 

@@ -57,7 +57,8 @@ def conversation(n_chitchat: int = 12) -> list[dict]:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     path = tmp_path_factory.mktemp("mem") / "memdir"
-    mem = DecisionAwareMemory(path, context_window=4096)
+    # the heuristic prior by choice: these tests pin what it keeps (the pinned error, the changed requirement)
+    mem = DecisionAwareMemory(path, context_window=4096, valuer="heuristic")
     msgs = conversation()
     ctx = mem.build_context(msgs, tools=TOOLS)
     return mem, msgs, ctx, path
@@ -113,7 +114,7 @@ def test_auto_ingest_is_idempotent_and_persists(built):
     assert mem.expand("default:56:0").result == {"order_id": "88412", "state": "lost"}
     assert any(s.card_id == "default:56:0" for s in ctx2.selected)
     mem.flush()
-    again = DecisionAwareMemory(path, context_window=4096)
+    again = DecisionAwareMemory(path, context_window=4096, valuer="heuristic")
     assert len(again) == len(mem) and again.expand("default:2:0") == mem.expand("default:2:0")
     assert again.index.sync() == 0 and again.index.last_rebuild_reason is None
     from damc.bench.explain import main
@@ -305,7 +306,7 @@ def test_explain_episode_cli(capsys):
 
 
 def test_scopes_keep_users_apart_and_expand_refuses_other_scopes():
-    mem = DecisionAwareMemory(None, tokenizer=None, user_id="alice")
+    mem = DecisionAwareMemory(None, tokenizer=None, user_id="alice", valuer="heuristic")   # keeps both cards
     secret = [{"role": "user", "content": "my card number is 4111-1111-1111-1111 and order 88412 is lost"},
               call("c1", "get_order", order_id="88412"), result("c1", {"status": "error", "code": 500})]
     mem.add_messages(secret, session_id="s1")

@@ -38,7 +38,7 @@ class Halves:
 
 
 def test_context_carries_who_built_it_from_construction():
-    mem = DecisionAwareMemory(None, user_id="alice", tokenizer=None,
+    mem = DecisionAwareMemory(None, user_id="alice", tokenizer=None, valuer="heuristic",
                               config=MemoryConfig(agent_id="bot", context_window=4096))
     ctx = mem.build_context(CONVO, session_id="s9")
     assert (ctx.session_id, ctx.user_id, ctx.agent_id) == ("s9", "alice", "bot")

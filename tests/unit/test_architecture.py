@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "damc"
 # The ground floor: contracts every layer shares; it imports nothing above itself.
-GROUND = ("damc.episodes", "damc.facts", "damc.ranking", "damc.extras")
+GROUND = ("damc.episodes", "damc.facts", "damc.ranking", "damc.extras", "damc.assets")
 CORE = ("damc.cards", "damc.query", "damc.templates", "damc.prompting", "damc.models", "damc.tokens", "damc.labels",
         "damc.llm", *GROUND)
 ABOVE_CORE = ("damc.runtime", "damc.eval", "damc.teacher", "damc.scorer", "damc.pipeline", "damc.bench", "damc.data")

@@ -35,7 +35,7 @@ def setup():
     env = PolicyEnv(count_tokens=token_counter(tok), window_tokens=8192)
     ep = generate_episodes(1, seed=11)[0]
     dp = [d for d in decision_points(ep) if d.key_card_ids][-1]  # a late decision that needs earlier facts
-    memory = DecisionAwareMemory(None, tokenizer=tok)
+    memory = DecisionAwareMemory(None, valuer="heuristic", tokenizer=tok)   # policies bring their own valuers
     view = DecisionView.of(dp)
     memory.observe(view.messages, view.session_id)
     return env, dp, view, memory, tok
@@ -65,14 +65,14 @@ def test_budgeted_policies_respect_the_budget_and_keep_the_current_turn(setup, n
 
 
 def test_a_card_policy_is_exactly_the_runtime_a_user_calls(setup):
-    """`heuristic` builds the same prompt as a user's own `DecisionAwareMemory` (default valuer) fed the same
+    """`heuristic` builds the same prompt as a user's own `DecisionAwareMemory(valuer="heuristic")` fed the same
     conversation: same candidates, same packing, same compressed lines, same assembly."""
     env, dp, view, _, tok = setup
-    user = DecisionAwareMemory(None, tokenizer=tok, session_id=view.session_id)
+    user = DecisionAwareMemory(None, valuer="heuristic", tokenizer=tok, session_id=view.session_id)
     for k in range(1, len(view.messages) + 1):  # the conversation arrives message by message
         user.observe(view.messages[:k])
     ctx = user.build_context(list(view.messages), list(view.tools), budget_tokens=512)
-    out = _build("heuristic", setup, Setting(512, top_k=12))   # the user's default selector is TopK(12)
+    out = _build("heuristic", setup, Setting(512, top_k=12))   # without a scorer the default selector is TopK(12)
     assert out.messages == decision_messages(view.messages, view.tools, ctx)   # the harness's text rendering of it
     assert out.kept_card_ids == [s.card_id for s in ctx.selected] and ctx.selected
     assert sorted(out.candidate_ids) == sorted(ctx.candidate_ids)
@@ -244,7 +244,7 @@ def test_deployable_policies_never_see_the_gold_or_the_future(setup, name):
     assert bad.gold != dp.gold and bad.key_card_ids != dp.key_card_ids
     outs = []
     for d in (dp, bad):
-        memory = DecisionAwareMemory(None, tokenizer=tok)   # a fresh memory each time: nothing carried over
+        memory = DecisionAwareMemory(None, valuer="heuristic", tokenizer=tok)   # fresh each time: nothing carried over
         view = DecisionView.of(d)
         assert "POISON" not in json.dumps(view.messages)
         memory.observe(view.messages, view.session_id)

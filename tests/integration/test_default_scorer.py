@@ -1,0 +1,98 @@
+"""The scorer shipped in the package (damc/assets/scorer/): its files match its checksums, a memory uses it by default
+(once loaded per process), `valuer="heuristic"` opts out, and what the `default_scorer` profile records about its
+data and labels still holds.
+
+The profile test does not retrain: it recomputes what is cheap — the profile's settings, the synthetic data split
+(regenerated, byte for byte) and, where a local `runs/default_scorer/` holds them, the label sets' fingerprints.
+"""
+
+import hashlib
+import time
+
+import pytest
+from conftest import ROOT, SAMPLES
+
+from damc.assets import SCORER_DIR, verify_checksums
+from damc.runtime.scorer_metadata import ScorerMetadata
+
+
+@pytest.fixture(scope="module")
+def meta() -> ScorerMetadata:
+    return ScorerMetadata.load(SCORER_DIR)
+
+
+def test_the_shipped_files_match_the_checksums_in_the_metadata(meta):
+    assert verify_checksums(SCORER_DIR, meta.checksums) == []
+    assert {"model_int8.onnx", "tokenizer.json", "combiner.json", "encoder/model_int8.onnx",
+            "encoder/damc_encoder.json", "tokens/smollm2-135m/tokenizer.json"} <= set(meta.checksums)
+    scorer_mb = sum((SCORER_DIR / f).stat().st_size for f in meta.checksums if "/" not in f) / 1e6
+    total_mb = sum((SCORER_DIR / f).stat().st_size for f in meta.checksums) / 1e6
+    assert scorer_mb <= 30 and total_mb <= 45, (scorer_mb, total_mb)
+
+
+def test_a_memory_values_with_the_shipped_scorer_by_default_and_heuristic_opts_out():
+    from damc.episodes import load_episodes
+    from damc.runtime.default_scorer import load_default_scorer
+    from damc.runtime.memory import DecisionAwareMemory
+    from damc.runtime.select import Threshold, TopK
+
+    ep = load_episodes(SAMPLES / "synthetic_sample.jsonl")[0]
+    msgs = ep.messages[:13]
+    mem = DecisionAwareMemory(None, tokenizer=None)
+    assert mem.valuer.inner.scorer is load_default_scorer() and mem.valuer.inner.scorer.path == str(SCORER_DIR)
+    assert isinstance(mem.selector, Threshold) or mem.valuer.inner.scorer.metadata.threshold is None
+    ctx = mem.build_context(msgs, tools=ep.tools)
+    assert ctx.valuer == "cached(scorer+combiner)" and ctx.n_candidates >= 3
+    t = time.perf_counter()
+    again = DecisionAwareMemory(None, tokenizer=None)   # the loaded scorer is shared: construction stays cheap
+    assert again.valuer.inner.scorer is mem.valuer.inner.scorer and time.perf_counter() - t < 2.0
+    opted = DecisionAwareMemory(None, tokenizer=None, valuer="heuristic")
+    assert isinstance(opted.selector, TopK)
+    assert opted.build_context(msgs, tools=ep.tools).valuer == "cached(heuristic)"
+    with pytest.raises(ValueError, match="valuer name must be one of"):
+        DecisionAwareMemory(None, tokenizer=None, valuer="bm25")
+
+
+def test_the_shipped_scorer_ranks_the_card_holding_the_asked_for_id_first():
+    from damc.runtime.default_scorer import load_default_scorer
+
+    scorer = load_default_scorer()
+    cards = ["[user · 9 messages ago] hi, I need help with my account",
+             "[tool_result · 3 messages ago] ✓ get_order(order_id=88412) -> status: delayed, carrier: DHL",
+             "[assistant · 2 messages ago] Is there anything else?"]
+    ranked = scorer.rank("user: where is my order 88412? tools: get_order, refund", cards)
+    assert [r["corpus_id"] for r in ranked][0] == 1, ranked
+
+
+def test_the_profile_still_describes_the_shipped_scorer(meta, tmp_path):
+    """`make reproduce PROFILE=default_scorer` would make the same data: the profile's datasets and overrides are
+    the recorded ones, the synthetic splits regenerate byte for byte, and local labels (if any) fingerprint the
+    same. Not checked (too long for a test): the τ²-bench retail data, labelling from scratch, training, export."""
+    from damc.data.make import main as make_data
+    from damc.pipeline.stages import compose_stage
+
+    cfg = compose_stage("study", ["experiment=default_scorer"])
+    prov = meta.provenance
+    assert prov["profile"] == "default_scorer" and str(cfg.ship.out) == "damc/assets/scorer"
+    assert (ROOT / str(cfg.ship.out)).resolve() == SCORER_DIR
+    assert list(prov["datasets"]) == list(cfg.use)
+    for name in cfg.use:
+        ds = cfg.datasets[name]
+        assert prov["datasets"][name]["make"] == [str(o) for o in ds.make]
+        assert prov["datasets"][name]["label"] == (None if ds.get("label") is None else [str(o) for o in ds.label])
+    assert prov["label_overrides"] == [str(o) for o in cfg.label.overrides]
+    assert prov["train_overrides"] == [str(o) for o in cfg.train.overrides]
+    assert set(prov["labels"]) == {n for n in cfg.use if cfg.datasets[n].get("label") is not None}
+    assert all(v["rows"] > 0 and len(v["sha256"]) == 64 for v in prov["labels"].values())
+    overrides = {o.split("=", 1)[0]: o.split("=", 1)[1] for o in cfg.datasets.synthetic.make}
+    make_data(compose_stage("make_data", [f"out_dir={tmp_path}", f"seed={cfg.seed}",
+                                          *[f"{k}={v}" for k, v in overrides.items()]]))
+    regenerated = {p.stem: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(tmp_path.glob("*.jsonl"))}
+    assert regenerated == prov["data"]["synthetic"]
+    local = ROOT / str(cfg.out_dir) / "labels"
+    if local.is_dir():   # a local rebuild: its labels must be the ones the shipped scorer was trained on
+        from damc.pipeline.ship import label_fingerprint
+
+        for name, want in prov["labels"].items():
+            if (local / name).is_dir():
+                assert label_fingerprint(local / name)["sha256"] == want["sha256"], name
