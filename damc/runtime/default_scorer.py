@@ -6,6 +6,13 @@ and tokenizer (a session is safe to run from several threads), so constructing a
 directory is missing or unreadable it returns None and logs one warning per process naming the cause; the memory
 then falls back to the heuristic prior (`damc.runtime.memory.default_valuer`).
 
+**The dev gate.** The shipped student becomes `DecisionAwareMemory`'s default valuer only when its own dev figures
+(`damc_scorer.json` "evaluation", written by `make reproduce PROFILE=default_scorer`) show it at or above the best
+retrieval baseline without learning (`bm25`, `similarity`, `rrf`) in key hit at the operating point on *every* dev
+split (`dev_gate_failure`); otherwise the memory keeps the heuristic prior and says why once (INFO), and
+`valuer="shipped"` still chooses the student by name. A rebuilt student that passes becomes the default with no
+code change.
+
 Example:
     >>> scorer = load_default_scorer()          # None (one warning) when the package ships no scorer
     >>> scorer.metadata.evaluation["dev"]       # the dev figures it was chosen on (docs/scorer.md)
@@ -54,6 +61,49 @@ def load_default_scorer() -> Any:
         return got
 
 
+BASELINES = ("bm25", "similarity", "rrf")   # retrieval without learning: what a shipped student must match on dev
+_GATED: set[str] = set()
+
+
+def dev_gate_failure(evaluation: dict[str, Any] | None, metric: str = "key_hit") -> str | None:
+    """None when the student (`damc`) is at or above max(`BASELINES`) in `metric` on every dev split of
+    `evaluation` (`ScorerMetadata.evaluation`: {"dev": {split: {policy: figures}}}), else the reason, naming the
+    split and the figures. A scorer with no dev figures fails (nothing shows it is better)."""
+    dev = (evaluation or {}).get("dev") or {}
+    if not dev:
+        return "its metadata records no dev evaluation"
+    for split, pols in dev.items():
+        base = {b: pols[b][metric] for b in BASELINES if b in pols and pols[b].get(metric) is not None}
+        got = (pols.get("damc") or {}).get(metric)
+        if got is None or not base:
+            return f"its dev split {split!r} records no {metric} for damc and the baselines"
+        best = max(base, key=base.get)
+        if got < base[best]:
+            return f"on dev split {split!r} its {metric} {got:.3f} is below {best}'s {base[best]:.3f}"
+    return None
+
+
+def gated_default_scorer() -> Any:
+    """The shipped `CardScorer` when it passes the dev gate (`dev_gate_failure`), else None: the memory's default
+    valuer is then the heuristic prior (one INFO line per process says why; a missing scorer warns instead)."""
+    from damc.runtime.scorer_metadata import ScorerMetadata
+
+    root = default_scorer_dir()
+    if root is not None:
+        try:
+            why = dev_gate_failure(ScorerMetadata.load(root).evaluation)
+        except Exception:  # noqa: BLE001 - an unreadable one: load_default_scorer names the cause in its warning
+            why = None
+        if why is not None:
+            with _LOCK:
+                if str(root) not in _GATED:
+                    _GATED.add(str(root))
+                    logger.info("the shipped scorer is not the default valuer: %s; DecisionAwareMemory values "
+                                "cards with the heuristic prior (valuer=\"shipped\" chooses the student anyway)", why)
+            return None
+    return load_default_scorer()
+
+
 def _load(root: Path | None) -> Any:
     """A `CardScorer`, or a string saying why there is none."""
     from damc.runtime.scorer import CardScorer
@@ -74,3 +124,4 @@ def clear_cache() -> None:
     with _LOCK:
         _LOADED.clear()
         _WARNED.clear()
+        _GATED.clear()

@@ -89,7 +89,7 @@ logger = logging.getLogger(__name__)
 STAGES = ("ingest", "retrieve", "value", "select", "compress", "assemble")
 
 
-VALUER_NAMES = ("default", "heuristic")   # DecisionAwareMemory(valuer="...") by name
+VALUER_NAMES = ("default", "shipped", "heuristic")   # DecisionAwareMemory(valuer="...") by name
 
 
 def default_valuer(scorer: Any = None, config: MemoryConfig | None = None) -> Valuer:
@@ -97,15 +97,16 @@ def default_valuer(scorer: Any = None, config: MemoryConfig | None = None) -> Va
 
     With a scorer (a `CardScorer`, or the path of an exported scorer): the student through its learned combiner
     (`ScorerValuer`: calibrated predicted delta). Without one: the same with the scorer shipped in the package
-    (`damc.runtime.default_scorer`, loaded once per process), or — when the package ships none — the heuristic
-    prior, with one warning. Either way behind a TTL cache of `value_ttl_s` seconds. `named_valuer("heuristic")`
+    (`damc.runtime.default_scorer`, loaded once per process) when its dev figures pass the dev gate (at or above
+    BM25, similarity and RRF in key hit on every dev split); else — below the gate, or none shipped (one warning) —
+    the heuristic prior. Either way behind a TTL cache of `value_ttl_s` seconds. `named_valuer("heuristic")`
     is the heuristic prior by choice.
     """
     config = config or MemoryConfig()
     if scorer is None:
-        from damc.runtime.default_scorer import load_default_scorer
+        from damc.runtime.default_scorer import gated_default_scorer
 
-        scorer = load_default_scorer()   # None (warned once): the package ships no readable scorer
+        scorer = gated_default_scorer()   # None: none shipped (warned once) or below retrieval on dev (said once)
     valuer: Valuer = HeuristicValuer() if scorer is None else ScorerValuer.from_pretrained(
         str(scorer), max_scored=config.max_scored) if isinstance(scorer, (str, os.PathLike)) \
         else ScorerValuer(scorer, max_scored=config.max_scored)
@@ -113,14 +114,23 @@ def default_valuer(scorer: Any = None, config: MemoryConfig | None = None) -> Va
 
 
 def named_valuer(name: str, scorer: Any = None, config: MemoryConfig | None = None) -> Valuer:
-    """`DecisionAwareMemory(valuer=name)`: "default" (`default_valuer(scorer)`) or "heuristic" (the heuristic
-    prior, no scorer loaded), behind the same TTL cache.
+    """`DecisionAwareMemory(valuer=name)`: "default" (`default_valuer(scorer)`), "shipped" (the student shipped in
+    the package, whatever its dev gate says) or "heuristic" (the heuristic prior, no scorer loaded), behind the same
+    TTL cache.
 
     Raises:
-        ValueError: another name.
+        ValueError: another name, or "shipped" when the package ships no readable scorer.
     """
     if name == "default":
         return default_valuer(scorer, config)
+    if name == "shipped":
+        from damc.runtime.default_scorer import load_default_scorer
+
+        shipped = load_default_scorer()
+        if shipped is None:
+            raise ValueError("DecisionAwareMemory(valuer='shipped'): the package ships no readable scorer "
+                             "(see the warning above; $DAMC_SCORER_DIR points at another scorer directory)")
+        return default_valuer(shipped, config)
     if name == "heuristic":
         return CachedValuer(HeuristicValuer(), ttl_s=(config or MemoryConfig()).value_ttl_s)
     raise ValueError(f"DecisionAwareMemory(valuer={name!r}): a valuer name must be one of {VALUER_NAMES} "

@@ -1,5 +1,5 @@
 """The scorer shipped in the package (damc/assets/scorer/): its files match its checksums, a memory uses it by default
-(once loaded per process), `valuer="heuristic"` opts out, and what the `default_scorer` profile records about its
+when its dev figures pass the dev gate (`valuer="shipped"` by name; loaded once per process), `valuer="heuristic"` opts out, and what the `default_scorer` profile records about its
 data and labels still holds.
 
 The profile test does not retrain: it recomputes what is cheap — the profile's settings, the synthetic data split
@@ -30,7 +30,7 @@ def test_the_shipped_files_match_the_checksums_in_the_metadata(meta):
     assert scorer_mb <= 30 and total_mb <= 45, (scorer_mb, total_mb)
 
 
-def test_a_memory_values_with_the_shipped_scorer_by_default_and_heuristic_opts_out():
+def test_the_shipped_scorer_by_name_is_loaded_once_and_heuristic_opts_out():
     from damc.episodes import load_episodes
     from damc.runtime.default_scorer import load_default_scorer
     from damc.runtime.memory import DecisionAwareMemory
@@ -38,19 +38,62 @@ def test_a_memory_values_with_the_shipped_scorer_by_default_and_heuristic_opts_o
 
     ep = load_episodes(SAMPLES / "synthetic_sample.jsonl")[0]
     msgs = ep.messages[:13]
-    mem = DecisionAwareMemory(None, tokenizer=None)
+    mem = DecisionAwareMemory(None, tokenizer=None, valuer="shipped")
     assert mem.valuer.inner.scorer is load_default_scorer() and mem.valuer.inner.scorer.path == str(SCORER_DIR)
     assert isinstance(mem.selector, Threshold) or mem.valuer.inner.scorer.metadata.threshold is None
     ctx = mem.build_context(msgs, tools=ep.tools)
     assert ctx.valuer == "cached(scorer+combiner)" and ctx.n_candidates >= 3
     t = time.perf_counter()
-    again = DecisionAwareMemory(None, tokenizer=None)   # the loaded scorer is shared: construction stays cheap
+    again = DecisionAwareMemory(None, tokenizer=None, valuer="shipped")   # shared: construction stays cheap
     assert again.valuer.inner.scorer is mem.valuer.inner.scorer and time.perf_counter() - t < 2.0
     opted = DecisionAwareMemory(None, tokenizer=None, valuer="heuristic")
     assert isinstance(opted.selector, TopK)
     assert opted.build_context(msgs, tools=ep.tools).valuer == "cached(heuristic)"
     with pytest.raises(ValueError, match="valuer name must be one of"):
         DecisionAwareMemory(None, tokenizer=None, valuer="bm25")
+
+
+def test_the_dev_gate_decides_whether_the_shipped_student_is_the_default(meta, tmp_path, monkeypatch, caplog):
+    """The default valuer is the shipped student only when its recorded dev figures are at or above BM25,
+    similarity and RRF in key hit on every dev split; else the heuristic prior, with the reason said once."""
+    import json
+    import logging
+    import shutil
+
+    from damc.assets import ENV_VAR
+    from damc.runtime import default_scorer
+    from damc.runtime.memory import DecisionAwareMemory
+
+    dev = {"a": {"bm25": {"key_hit": 0.5}, "similarity": {"key_hit": 0.7}, "rrf": {"key_hit": 0.6},
+                 "damc": {"key_hit": 0.8}},
+           "b": {"bm25": {"key_hit": 0.9}, "similarity": {"key_hit": 0.95}, "rrf": {"key_hit": 0.9},
+                 "damc": {"key_hit": 0.84}}}
+    assert default_scorer.dev_gate_failure({"dev": dev}) == "on dev split 'b' its key_hit 0.840 is below similarity's 0.950"
+    assert default_scorer.dev_gate_failure({"dev": {"a": dev["a"]}}) is None
+    assert "no dev evaluation" in default_scorer.dev_gate_failure({})
+    # the shipped scorer as it is: the default follows its own recorded figures
+    shipped_ok = default_scorer.dev_gate_failure(meta.evaluation) is None
+    mem = DecisionAwareMemory(None, tokenizer=None)
+    assert (mem.valuer.inner.__class__.__name__ == "ScorerValuer") == shipped_ok
+    # a copy whose figures pass the gate becomes the default; one that fails does not, said once
+    for name, figures in (("pass", {"a": dev["a"]}), ("fail", dev)):
+        d = tmp_path / name
+        shutil.copytree(SCORER_DIR, d, ignore=shutil.ignore_patterns("encoder", "tokens"))
+        data = json.loads((d / "damc_scorer.json").read_text())
+        (d / "damc_scorer.json").write_text(json.dumps({**data, "evaluation": {"dev": figures}}))
+        monkeypatch.setenv(ENV_VAR, str(d))
+        default_scorer.clear_cache()
+        with caplog.at_level(logging.INFO, logger="damc.runtime.default_scorer"):
+            caplog.clear()
+            kinds = [type(DecisionAwareMemory(None, tokenizer=None).valuer.inner).__name__ for _ in range(2)]
+        gated = [r for r in caplog.records if "not the default valuer" in r.getMessage()]
+        if name == "pass":
+            assert kinds == ["ScorerValuer"] * 2 and not gated
+        else:
+            assert kinds == ["HeuristicValuer"] * 2 and len(gated) == 1 and "'b'" in gated[0].getMessage()
+            assert type(DecisionAwareMemory(None, tokenizer=None, valuer="shipped").valuer.inner).__name__ \
+                == "ScorerValuer"
+    default_scorer.clear_cache()
 
 
 def test_the_shipped_scorer_ranks_the_card_holding_the_asked_for_id_first():

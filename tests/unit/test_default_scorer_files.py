@@ -63,7 +63,7 @@ def test_named_valuers(monkeypatch):
     from damc.runtime.memory import named_valuer
 
     assert named_valuer("heuristic").name == "cached(heuristic)"
-    with pytest.raises(ValueError, match=r"one of \('default', 'heuristic'\)"):
+    with pytest.raises(ValueError, match=r"one of \('default', 'shipped', 'heuristic'\)"):
         named_valuer("bm25")
 
 
@@ -83,5 +83,9 @@ def test_a_missing_shipped_scorer_falls_back_to_the_heuristic_with_one_warning(m
         assert len(warnings) == 1 and warnings[0].levelno == logging.WARNING
         msg = warnings[0].getMessage()
         assert "nowhere/damc_scorer.json is missing" in msg and 'valuer="heuristic"' in msg
+        from damc.runtime.memory import named_valuer
+
+        with pytest.raises(ValueError, match="valuer='shipped'.*ships no readable scorer"):
+            named_valuer("shipped")
     finally:
         default_scorer.clear_cache()
