@@ -1,0 +1,53 @@
+"""scripts/keyhit_table.py: the setting's rows, margins over the best baseline, paired counts checked against results."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SPEC = importlib.util.spec_from_file_location("keyhit_table", Path(__file__).parents[2] / "scripts" / "keyhit_table.py")
+kt = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(kt)
+
+HITS = {"bm25": [1, 0, 0, 0], "similarity": [1, 1, 0, 0], "rrf": [0, 1, 0, 0], "damc_a": [1, 1, 1, 0]}
+
+
+def _entry(key_hit: float) -> dict:
+    return {"key_hit": key_hit, "candidate_recall": 1.0, "all_values": 0.5, "prompt_confuser_rate": float("nan"),
+            "prompt_tokens": 812.4, "n_decisions": 5, "n_key_decisions": 4, "n_value_decisions": 3}
+
+
+def _run(tmp_path: Path, damc_rate: float = 0.75) -> Path:
+    pol = {f"{p}@1024/k4": _entry(sum(h) / 4) for p, h in HITS.items()}
+    pol["damc_a@1024/k4"] = _entry(damc_rate)
+    pol["oracle@1024"] = _entry(1.0)
+    pol["bm25@1024"] = _entry(0.0)           # another setting: left out
+    (tmp_path / "results.json").write_text(json.dumps({"policies": pol}))
+    recs = [{"policy": p, "setting": "1024/k4", "decision_id": f"d{i}", "history_key_ids": ["k"], "failed": False,
+             "kept_card_ids": ["k"] if h else ["x"]} for p, hs in HITS.items() for i, h in enumerate(hs)]
+    recs.append({"policy": "damc_a", "setting": "1024/k4", "decision_id": "d9", "history_key_ids": [],
+                 "failed": False, "kept_card_ids": []})   # no key card in the history: not counted
+    (tmp_path / "records.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    return tmp_path
+
+
+def test_report_rows_margins_and_paired_counts(tmp_path):
+    lines = kt.report(_run(tmp_path), "1024/k4", {"damc_a": "unseen"})
+    assert lines[2] == "| bm25 | 0.25 | 1.00 | 0.50 | – | 812 | 5 (4 / 3) |"
+    assert "| damc_a (unseen) | 0.75 |" in lines[5]
+    assert lines[6].startswith("| oracle | 1.00 |")            # the oracle at its budget row
+    assert len([x for x in lines if x.startswith("| ")]) == 6  # header + 5 policies; bm25@1024 left out
+    assert "max(bm25, similarity, rrf) key hit = 0.500" in lines
+    assert "damc_a: key hit 0.750, minus that max = +0.250" in lines
+    assert lines[-1] == "damc_a (3/4 hit): vs bm25 +2/−0, vs similarity +1/−0, vs rrf +2/−0"
+
+
+def test_records_out_of_step_with_results_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match="damc_a: key hit 3/4 from records.jsonl but 0.5"):
+        kt.report(_run(tmp_path, damc_rate=0.5), "1024/k4", {})
+
+
+def test_unknown_setting_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match="no policy at setting '512/k4'"):
+        kt.report(_run(tmp_path), "512/k4", {})
