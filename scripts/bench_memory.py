@@ -465,6 +465,7 @@ def bench_backend_search(place: BackendPlace, n: int, queries: int, k: int = 30,
     """Scoped vector search at `n` cards through the backend's `search`: scopes of `sizes` cards (those smaller than
     n/2) beside one big scope holding the rest; each query a noisy copy of a member; recall@30 = overlap of the
     returned 30 with the exact 30 (brute force over the scope's vectors)."""
+    from damc.runtime.pgindex import _version
     from damc.runtime.scope import Scope
 
     rng = np.random.default_rng(0)
@@ -490,8 +491,7 @@ def bench_backend_search(place: BackendPlace, n: int, queries: int, k: int = 30,
             assert -1 not in got, f"{place.backend}: a card of another scope came back for scope {name}"
             exact = set(members[np.argsort(-(xm @ q))[:k]].tolist())
             recall.append(len(got & exact) / min(k, len(members)))
-        iterative = place.backend == "postgres" and tuple(
-            int(p) if p.isdigit() else 0 for p in str(store.pgvector_version).split(".")) >= (0, 8)
+        iterative = place.backend == "postgres" and _version(store.pgvector_version) >= (0, 8)
         exact = place.backend == "postgres" and (len(members) <= store.config.exact_max or (
             not iterative and 1000 * len(members) / n < k))   # PgCardIndex.search's path choice
         path = "FAISS " + type(index._index).__name__ if place.backend == "sqlite" else \

@@ -225,10 +225,13 @@ class CardPolicy(Policy):
     def make_valuer(self, env: PolicyEnv, gold: GoldView | None = None) -> Valuer:
         """The valuer (built once per run; per decision for policies that need the gold)."""
 
+    k_min = 0   # a threshold's floor (the best k_min cards kept whatever τ says); the product's own for `damc`
+
     def selector(self, setting: Setting) -> Selector:
-        """`Threshold(τ)` when the setting has one (with its `top_k`), else `TopK(top_k)` (None: all that fit)."""
+        """`Threshold(τ)` when the setting has one (with its `top_k` and the policy's floor `k_min`), else
+        `TopK(top_k)` (None: all that fit)."""
         if setting.threshold is not None:
-            return Threshold(setting.threshold, k=setting.top_k)
+            return Threshold(setting.threshold, k=setting.top_k, k_min=self.k_min)
         return TopK(setting.top_k)
 
     @staticmethod
@@ -264,15 +267,10 @@ class DAMCPolicy(CardPolicy):
 
         return default_valuer(self.scorer, getattr(env, "memory", None))
 
-    def selector(self, setting: Setting) -> Selector:
-        """As every card policy's, but a threshold keeps the product's floor: the best `k_min` cards that fit are
-        kept whatever τ says (`ScorerMetadata.k_min`, chosen on dev with τ; what `default_selector` builds)."""
-        if setting.threshold is None:
-            return TopK(setting.top_k)
-        return Threshold(setting.threshold, k=setting.top_k, k_min=self.k_min)
-
     @functools.cached_property
     def k_min(self) -> int:
+        """The product's floor under a swept threshold: the scorer's `k_min` (chosen on dev with τ), as
+        `default_selector` builds it in `DecisionAwareMemory`."""
         from damc.runtime.scorer_metadata import ScorerMetadata
 
         return ScorerMetadata.load(self.scorer).k_min

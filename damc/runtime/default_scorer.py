@@ -62,7 +62,7 @@ def load_default_scorer() -> Any:
 
 
 BASELINES = ("bm25", "similarity", "rrf")   # retrieval without learning: what a shipped student must match on dev
-_GATED: set[str] = set()
+_GATED: dict[str, str | None] = {}   # directory -> why its student is not the default (None: it passes), read once
 
 
 def dev_gate_failure(evaluation: dict[str, Any] | None, metric: str = "key_hit") -> str | None:
@@ -90,17 +90,18 @@ def gated_default_scorer() -> Any:
 
     root = default_scorer_dir()
     if root is not None:
-        try:
-            why = dev_gate_failure(ScorerMetadata.load(root).evaluation)
-        except Exception:  # noqa: BLE001 - an unreadable one: load_default_scorer names the cause in its warning
-            why = None
-        if why is not None:
-            with _LOCK:
-                if str(root) not in _GATED:
-                    _GATED.add(str(root))
+        with _LOCK:
+            if str(root) not in _GATED:
+                try:
+                    why = dev_gate_failure(ScorerMetadata.load(root).evaluation)
+                except Exception:  # noqa: BLE001 - an unreadable one: load_default_scorer names the cause
+                    why = None
+                _GATED[str(root)] = why
+                if why is not None:
                     logger.info("the shipped scorer is not the default valuer: %s; DecisionAwareMemory values "
                                 "cards with the heuristic prior (valuer=\"shipped\" chooses the student anyway)", why)
-            return None
+            if _GATED[str(root)] is not None:
+                return None
     return load_default_scorer()
 
 

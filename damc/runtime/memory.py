@@ -6,9 +6,9 @@
 * **retrieve**: candidates = FAISS top-N by similarity to the decision query ∪ the most recent M cards ∪
   pinned cards (tool errors, user constraints / changed requirements), capped at `max_candidates`;
   cards of the current turn are never candidates (that turn is kept verbatim).
-* **value**: a pluggable `Valuer` (default: the student shipped in the package, `damc/assets/scorer/`, or
-  `scorer=PATH`, through its learned combiner — a calibrated predicted delta — over the `max_scored` candidates
-  best by BM25 + cosine fusion; `valuer="heuristic"`: the heuristic prior), behind a TTL cache.
+* **value**: a pluggable `Valuer` (default: `scorer=PATH`, or the student shipped in the package when it passes
+  its dev gate (`damc.runtime.default_scorer`), through its learned combiner — a calibrated predicted delta — over
+  the `max_scored` candidates best by BM25 + cosine fusion; else the heuristic prior), behind a TTL cache.
 * **select**: a pluggable `Selector` under a token budget (default: 65 % of what the context window
   has left after the system prompt, tools and the current turn).
 * **compress**: a pluggable `Compressor` (default: templates), one `[card_id]` line per card.
@@ -75,7 +75,7 @@ from damc.runtime.observe import ingest_messages, observe_session
 from damc.runtime.paths import created_by_opening, remove_created
 from damc.runtime.scope import Scope, tag_card
 from damc.runtime.scorer_metadata import DEFAULT_K_MIN
-from damc.runtime.select import Selector, Threshold, TopK, default_budget
+from damc.runtime.select import Selector, Threshold, TopK, check_k_min, default_budget
 from damc.runtime.storage import is_server_url, open_storage
 from damc.runtime.store import StoreConfig, StoredCard
 from damc.runtime.valuers import CachedValuer, HeuristicValuer, ScorerValuer, Valuer, as_valuer
@@ -171,14 +171,15 @@ class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
         path: None (in memory), a directory (`cards.db` + `cards.faiss` inside), or a `.db` file path, or a
             PostgreSQL server: a `postgresql://` URL or a `psycopg_pool.ConnectionPool` (`damc.runtime.storage`).
         valuer: how cards are valued (default: `default_valuer(scorer)` — the student through its learned
-            combiner: `scorer` when given, else the scorer shipped in the package, `damc/assets/scorer/`; the
-            heuristic prior, with one warning, when the package ships none). `valuer="heuristic"` opts out of
-            the scorer (the cold-start prior, nothing loaded); a `Valuer` object is used as is.
+            combiner: `scorer` when given, else the scorer shipped in the package, `damc/assets/scorer/`, when it
+            passes its dev gate; otherwise the heuristic prior). `valuer="shipped"` chooses the shipped student
+            whatever its gate says, `valuer="heuristic"` the cold-start prior (nothing loaded); a `Valuer` object
+            is used as is.
         selector: how cards are chosen (default: `default_selector` — the scorer's dev-chosen `Threshold(τ)` with
             its floor of `k_min` cards, else `TopK(12)`; always under the budget).
         compressor: how kept cards are written (default: `config.compressor`, "template" — `TemplateCompressor`).
         scorer: a `CardScorer` or a path to an exported one (`CardScorer.from_pretrained`; default: the shipped
-            one, `damc.runtime.default_scorer`).
+            one when it passes its dev gate, `damc.runtime.default_scorer`).
         encoder: sentence encoder for the FAISS index (registry name, path, or an encoder object); how a name
             runs is `config.encoder_backend` (a scorer exported with `encoder/` brings its ONNX encoder).
         tokenizer: the decision model's tokenizer for token counts: a registry name / GGUF / tokenizer dir
@@ -216,10 +217,11 @@ class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
         if compressor is None and self.config.compressor not in COMPRESSORS:
             raise ValueError(f"MemoryConfig.compressor must be one of {sorted(COMPRESSORS)}, "
                              f"got {self.config.compressor!r}")
-        if self.config.k_min is not None and (isinstance(self.config.k_min, bool) or
-                                              not isinstance(self.config.k_min, int) or self.config.k_min < 0):
-            raise ValueError(f"MemoryConfig.k_min must be a whole number of cards ≥ 0 (0: no floor) or None (the "
-                             f"scorer's own), got {self.config.k_min!r}")
+        if self.config.k_min is not None:
+            try:
+                check_k_min(self.config.k_min)
+            except ValueError as e:
+                raise ValueError(f"MemoryConfig.{e} (or None: the scorer's own)") from None
         if self.config.on_mismatch not in ON_MISMATCH:
             raise ValueError(f"MemoryConfig.on_mismatch must be one of {ON_MISMATCH}, got {self.config.on_mismatch!r}")
         self._tokenizer_spec = tokenizer

@@ -106,7 +106,7 @@ def _fingerprint(cfg: Any) -> dict[str, Any]:
     from damc.configs import memory_fingerprint  # the keys hashed before the schema, plus non-defaults
     from damc.query import RENDER_VERSION
 
-    grounded = is_grounded(cfg)   # no model: the teacher's settings and its window do not enter
+    grounded = not needs_teacher(cfg)   # no model: the teacher's settings and its window do not enter
     return {"data": str(Path(cfg.data.path).resolve()), "tool_calls_only": bool(cfg.data.tool_calls_only),
             "per_episode": cfg.get("per_episode"), "sample_seed": cfg.get("sample_seed", 0),
             **({"per_episode_from": "decisions with a history"} if cfg.get("per_episode") is not None else {}),
@@ -117,9 +117,17 @@ def _fingerprint(cfg: Any) -> dict[str, Any]:
             "delta_units": "grounded target (unitless)" if grounded else "nats per action token"}
 
 
-def is_grounded(cfg: Any) -> bool:
-    """Whether the configured estimator is the model-free `grounded` one (configs/estimator/grounded.yaml)."""
-    return str(cfg.estimator.get("_target_", "")).endswith(".Grounded")
+def estimator_class(cfg: Any) -> Any:
+    """The configured estimator's class (`cfg.estimator._target_`), not instantiated."""
+    from hydra.utils import get_class
+
+    return get_class(cfg.estimator._target_)
+
+
+def needs_teacher(cfg: Any) -> bool:
+    """Whether the configured estimator reads a teacher model: its class's `needs_teacher` (False for the
+    model-free `grounded`, configs/estimator/grounded.yaml; True for every counterfactual estimator)."""
+    return bool(getattr(estimator_class(cfg), "needs_teacher", True))
 
 
 def _rows(dp: DecisionPoint, cards: list, res: Any, est_name: str, teacher_id: str,
@@ -197,7 +205,7 @@ def _build_labelers(cfg: Any, state: Any, need_teacher: bool) -> tuple[Any, Any]
     teacher_cfg = OmegaConf.to_container(cfg.teacher, resolve=True)
     if teacher_cfg.get("device") == "auto" and state.num_processes > 1:
         teacher_cfg["device"] = str(state.device)  # one device per process
-    teacher = hydra.utils.instantiate(teacher_cfg) if need_teacher and not is_grounded(cfg) else None
+    teacher = hydra.utils.instantiate(teacher_cfg) if need_teacher and needs_teacher(cfg) else None
     estimator = hydra.utils.instantiate(cfg.estimator, max_context_tokens=cfg.max_context_tokens,
                                         render=cfg.get("render", "template"))
     return teacher, estimator
@@ -304,7 +312,7 @@ def _write_summary(cfg: Any, out: Path, summary: dict[str, Any], stats: dict[str
             if k in stats:
                 summary[k] = summary.get(k, 0) + v if k != "wall_time_s" else max(summary.get(k, 0), v)
     summary["passes_saved"] = round(summary.get("passes_saved", 0.0), 1)
-    summary["teacher"] = "grounded" if is_grounded(cfg) else getattr(teacher, "model_id", cfg.teacher.get("model"))
+    summary["teacher"] = estimator_class(cfg).name if not needs_teacher(cfg) else getattr(teacher, "model_id", cfg.teacher.get("model"))
     files = sorted(shard_dir.glob("part-*.parquet"))
     summary["total_rows"] = len(load_labels(out)) if files else 0
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
