@@ -2,10 +2,17 @@
 
 Features per candidate (`candidate_features`): the student scorer's score, BM25 of the decision query over the
 candidates (relative to the best), the embedding cosine the memory's index already holds, `log1p(age)` in
-messages, the card kind (one-hot) and whether it is pinned (an error or a user constraint). A small linear model
-fitted on the teacher's labels (scikit-learn, `damc.scorer.combiner`) maps them to a score, and an isotonic map
-turns that score into the **predicted delta in the labels' units** (nats per action token) — calibrated, so
-`Threshold(τ)` keeps the cards worth τ in every decision, and a negative value says a card is expected to hurt.
+messages, the card kind (one-hot) and whether it is pinned (an error or a user constraint). A small model fitted
+on the labels (scikit-learn, `damc.scorer.combiner`) maps them to a score, and an isotonic map turns that score
+into the **predicted delta in the labels' units** (nats per action token) — calibrated, so `Threshold(τ)` keeps
+the cards worth τ in every decision, and a negative value says a card is expected to hurt.
+
+The score is one of two kinds (`Combiner.fusion`): `"linear"` — a weighted sum of the standardised features — or
+`"rank"` — reciprocal-rank fusion of the features it uses (Cormack et al., 2009): each feature ranks the
+candidates of the decision, and a card's score is Σ w_f · k / (k + rank_f) (rank 0 first, k = `rrf_k`). Rank
+fusion reads only each signal's order within the decision, so it carries to a domain whose score scale moved;
+with weights on BM25 and cosine alone it is the cascade's first stage (`rrf` policy), with one feature that
+feature's ranking — which is how the fit keeps the exported scorer never worse than its best signal on dev.
 
 The fitted model is plain numbers in `combiner.json` beside the scorer (no pickle): this module only reads it
 and applies it with numpy, so the runtime needs no scikit-learn.
@@ -35,6 +42,26 @@ KINDS = ("tool_result", "tool_error", "user", "assistant")
 FEATURES = ("student", "bm25", "cosine", "log_age") + tuple(f"kind_{k}" for k in KINDS) + ("pinned",)
 COMBINER_FILE = "combiner.json"
 TIE_BREAK = 1e-3   # weight of the linear score added to the isotonic value (orders cards within a plateau)
+FUSIONS = ("linear", "rank")
+RRF_K = 60         # the reciprocal-rank constant, as the cascade's first stage (`damc.runtime.valuers.learned.rrf`)
+
+
+def rank_terms(x: np.ndarray, groups: Sequence[Any] | None = None, k: int = RRF_K) -> np.ndarray:
+    """`k / (k + rank)` of every column of `x` within each group of rows (rank 0 = the highest value; ties by row
+    order, as `damc.runtime.valuers.learned.rrf`); `groups` None: the rows are one decision's candidates."""
+    x = np.asarray(x, dtype=np.float64)
+    out = np.empty_like(x)
+    if groups is None:
+        parts = [np.arange(len(x))]
+    else:
+        g = np.asarray(groups)
+        _, inv = np.unique(g, return_inverse=True)
+        order = np.argsort(inv, kind="stable")
+        parts = np.split(order, np.cumsum(np.bincount(inv))[:-1])
+    for idx in parts:
+        ranks = np.argsort(np.argsort(-x[idx], axis=0, kind="stable"), axis=0, kind="stable")
+        out[idx] = k / (k + ranks)
+    return out
 
 
 def base_features(query: str, cards: Sequence[Card], cosine: Sequence[float] | None = None) -> dict[str, np.ndarray]:
@@ -71,12 +98,14 @@ def candidate_features(query: str, cards: Sequence[Card], *, memory: Any = None,
 
 @dataclass
 class Combiner:
-    """A standardised linear model and an isotonic calibration map, as plain numbers.
+    """A score over the features (linear, or reciprocal-rank fusion) and an isotonic calibration map, as plain
+    numbers.
 
     Attributes:
         features: feature names, in column order.
-        mean / scale: standardisation of each feature (scale 1 where a feature is constant).
-        coef / intercept: the linear score over standardised features.
+        mean / scale: standardisation of each feature (scale 1 where a feature is constant; unused by `rank`).
+        coef / intercept: the score's weights: over standardised features (`linear`), or of each feature's
+            rank term `k / (k + rank)` within the decision (`rank`; weight 0: the feature is not used).
         iso_x / iso_y: increasing knots of the isotonic map from linear score to delta (np.interp; clipped ends).
         units: what `predict` returns.
         metrics: fit statistics (train and dev), for the record.
@@ -91,14 +120,23 @@ class Combiner:
     iso_y: list[float]
     units: str = "nats per action token"
     metrics: dict[str, Any] = field(default_factory=dict)
+    fusion: str = "linear"
+    rrf_k: int = RRF_K
 
-    def score(self, x: np.ndarray) -> np.ndarray:
-        """The uncalibrated linear score, `(n,)`."""
+    def score(self, x: np.ndarray, groups: Sequence[Any] | None = None) -> np.ndarray:
+        """The uncalibrated score, `(n,)`. `groups`: the decision of each row, for `rank` fusion (None: the rows
+        are one decision's candidates, as the runtime calls it)."""
+        if self.fusion == "rank":
+            return rank_terms(x, groups, self.rrf_k) @ np.asarray(self.coef) + self.intercept
         z = (np.asarray(x, dtype=np.float64) - np.asarray(self.mean)) / np.asarray(self.scale)
         return z @ np.asarray(self.coef) + self.intercept
 
-    def predict(self, x: np.ndarray) -> np.ndarray:
-        """The predicted delta of each row, `(n,)` (float32).
+    def uses(self) -> list[str]:
+        """The features with a non-zero weight."""
+        return [f for f, c in zip(self.features, self.coef) if c != 0]
+
+    def predict(self, x: np.ndarray, groups: Sequence[Any] | None = None) -> np.ndarray:
+        """The predicted delta of each row, `(n,)` (float32); `groups` as in `score`.
 
         Isotonic regression fitted on a few hundred label rows is a step function: many candidates land on one
         plateau and would tie, so the ranking the linear score holds would be lost to the selector's tie-break.
@@ -106,7 +144,7 @@ class Combiner:
         calibration — so cards on one plateau keep their order."""
         if len(x) == 0:
             return np.zeros(0, dtype=np.float32)
-        z = self.score(x)
+        z = self.score(x, groups)
         return (np.interp(z, self.iso_x, self.iso_y) + TIE_BREAK * z).astype(np.float32)
 
     def save(self, path: str | Path) -> None:
@@ -133,4 +171,8 @@ class Combiner:
                              f"refit the combiner (scripts/train.py)")
         if not all(math.isfinite(v) for v in d["coef"] + d["iso_x"] + d["iso_y"]):
             raise ValueError(f"{path}: non-finite coefficients")
+        if d.get("fusion", "linear") not in FUSIONS:
+            raise ValueError(f"{path}: fusion must be one of {FUSIONS}, got {d['fusion']!r}")
+        if not isinstance(d.get("rrf_k", RRF_K), int) or d.get("rrf_k", RRF_K) < 1:
+            raise ValueError(f"{path}: rrf_k must be a whole number ≥ 1, got {d['rrf_k']!r}")
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})

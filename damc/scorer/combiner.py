@@ -1,4 +1,4 @@
-"""Fit the learned combiner on the teacher's labels (scikit-learn), and choose its threshold on dev.
+"""Fit the learned combiner on the labels (scikit-learn), choose its variant, threshold and floor on dev.
 
 The student scores every labelled card of the training decisions; with the runtime signals the labels carry
 (`feat_bm25`, `feat_cosine`, `feat_pinned`, `card_age`, `card_kind`) they form the `damc.runtime.combiner.FEATURES`
@@ -6,13 +6,20 @@ matrix. A Huber-loss linear model (robust to the heavy tail of counterfactual de
 isotonic regression maps that score onto the teacher's delta — so the combiner predicts deltas in the labels'
 units (nats per action token), the sign kept. Both are saved as plain numbers (`Combiner`, no pickle).
 
-Which signals it may weigh is decided on the dev decisions (`combiner.features=auto`, the default): every signal,
-or the student's score alone (then it only calibrates the student), whichever ranks dev closer to the teacher —
-a signal must help on decisions the combiner was not fitted on. It is fitted on the training rows
+Which signals it weighs, and how, is decided on the dev decisions (`combiner.features=auto`, the default): each of
+`VARIANTS` is fitted — the linear model over every signal, the student's score alone (a calibration of the
+student), reciprocal-rank fusions of the student with BM25 and cosine (`Combiner.fusion="rank"`: each signal's
+order within the decision, not its scale), and the retrieval signals alone (BM25, cosine, both fused: the `bm25`,
+`similarity` and `rrf` policies) — and the one kept has the best key hit at `SELECT_K` cards in its worst dev
+domain relative to that domain's best retrieval signal (`choose_variant`). So the exported scorer is never below
+its best signal on a dev domain: where the student does not help, the combiner says so (a warning, and
+`features` in the report names a retrieval variant) and ranks as that signal does. Without key cards on dev
+(labels without `is_key`) the variant ranking dev closest to the labels (mean per-decision Spearman) is kept.
+The linear variants are fitted on the training rows
 (`combiner.fit_on=train`, the default) or, with `fit_on=heldout`, on the dev rows, whose student scores are out of
 sample (classic stacking: the student has fitted its training rows, so a combiner fitted there may trust it more
 than new decisions warrant), then judged out of fold. The threshold τ shipped with the scorer is chosen on the dev
-decisions (out of fold for `heldout`): the predicted delta that best separates the cards the teacher says matter
+decisions (out of fold for `heldout`): the predicted delta that best separates the cards the labels say matter
 (delta ≥ `min_delta`) from the rest (max F1). The A/B harness sweeps thresholds on its own dev split as well.
 
 The dev decisions are pooled over every training domain: `damc.scorer.train` splits each label set of
@@ -78,6 +85,93 @@ def fit(x: np.ndarray, y: np.ndarray, epsilon: float = 1.35, alpha: float = 1e-3
     iso = IsotonicRegression(out_of_bounds="clip").fit(score, y)
     return Combiner(list(FEATURES), mean.tolist(), scale.tolist(), coef.tolist(), float(lin.intercept_),
                     [float(v) for v in iso.X_thresholds_], [float(v) for v in iso.y_thresholds_])
+
+
+def fit_rank(x: np.ndarray, y: np.ndarray, groups: Sequence[Any], use: Sequence[str]) -> Combiner:
+    """Reciprocal-rank fusion of the `use` features, equal weights (`Combiner.fusion="rank"`), then an isotonic map
+    from the fused score to the delta: nothing is learnt but the calibration, so the ranking is the signals'."""
+    from sklearn.isotonic import IsotonicRegression
+
+    coef = np.array([1.0 if f in use else 0.0 for f in FEATURES])
+    comb = Combiner(list(FEATURES), [0.0] * len(FEATURES), [1.0] * len(FEATURES), coef.tolist(), 0.0, [0.0], [0.0],
+                    fusion="rank")
+    score = comb.score(x, groups)
+    iso = IsotonicRegression(out_of_bounds="clip").fit(score, y)
+    comb.iso_x, comb.iso_y = [float(v) for v in iso.X_thresholds_], [float(v) for v in iso.y_thresholds_]
+    return comb
+
+
+# The combiner's variants: (fusion, features used; None: all). `auto` fits each and keeps the best on dev.
+VARIANTS: dict[str, tuple[str, tuple[str, ...] | None]] = {
+    "all": ("linear", None),                                        # every signal, linear (Huber)
+    "student": ("linear", ("student",)),                            # a calibration of the student alone
+    "rank:student+bm25+cosine": ("rank", ("student", "bm25", "cosine")),
+    "rank:student+cosine": ("rank", ("student", "cosine")),
+    "rank:student+bm25": ("rank", ("student", "bm25")),
+    "rank:bm25+cosine": ("rank", ("bm25", "cosine")),               # the cascade's first stage: the `rrf` policy
+    "rank:cosine": ("rank", ("cosine",)),                           # embedding similarity alone: `similarity`
+    "rank:bm25": ("rank", ("bm25",)),                               # BM25 alone: `bm25`
+}
+BASELINES = ("rank:bm25", "rank:cosine", "rank:bm25+cosine")   # retrieval without learning, as variants
+SELECT_K = 4   # key hit at this many cards (the harness's operating point) chooses the variant
+
+
+def key_hit(rows: Any, pred: Sequence[float], k: int = SELECT_K) -> tuple[float | None, int]:
+    """The share of decisions with a key card (`is_key`) that have one among their `k` best predicted rows, and how
+    many such decisions there are (None, 0 when none)."""
+    if "is_key" not in rows.columns or len(rows) == 0:
+        return None, 0
+    rank = _ranks(np.asarray(pred, dtype=float), rows["decision_id"].to_numpy())
+    d = rows.assign(_top=rank < k, _key=rows["is_key"].fillna(False).astype(bool))
+    by = d.groupby("decision_id", sort=False)
+    has_key = by["_key"].any()
+    hit = by.apply(lambda g: bool((g["_top"] & g["_key"]).any()), include_groups=False)[has_key]
+    return (float(hit.mean()), int(has_key.sum())) if has_key.any() else (None, 0)
+
+
+def key_hits_by_domain(rows: Any, pred: Sequence[float], domains: Sequence[str] | None,
+                       k: int = SELECT_K) -> dict[str, dict[str, Any]]:
+    """`{domain: {"key_hit", "decisions"}}` over the rows of each domain (one `"all"` domain when None)."""
+    pred = np.asarray(pred, dtype=float)
+    if domains is None:
+        names, doms = ["all"], np.array(["all"] * len(rows))
+    else:
+        doms = np.asarray(domains)
+        names = sorted(set(doms.tolist()))
+    out = {}
+    for name in names:
+        m = doms == name
+        hit, n = key_hit(rows[m].reset_index(drop=True), pred[m], k)
+        if hit is not None:
+            out[str(name)] = {"key_hit": hit, "decisions": n}
+    return out
+
+
+def choose_variant(hits: dict[str, dict[str, dict[str, Any]]], rho: dict[str, float],
+                   order: Sequence[str]) -> tuple[str, str]:
+    """The variant to keep, and why.
+
+    With key hits (per variant, per dev domain): the largest worst-domain margin over the best retrieval baseline
+    of that domain (`BASELINES`: so the chosen one is never below its best signal on any dev domain when a
+    baseline is among the candidates), then the mean key hit over the domains, then the dev Spearman, then the
+    `order` given. Without key cards on dev: the dev Spearman (then the order)."""
+    usable = [v for v in order if hits.get(v)]
+    if usable and set(hits[usable[0]]) and all(set(hits[v]) == set(hits[usable[0]]) for v in usable):
+        doms = sorted(hits[usable[0]])
+        base = {d: max((hits[b][d]["key_hit"] for b in BASELINES if b in hits and hits[b]), default=0.0)
+                for d in doms}
+
+        def key(v: str) -> tuple[float, float, float, int]:
+            margin = min(hits[v][d]["key_hit"] - base[d] for d in doms)
+            mean = float(np.mean([hits[v][d]["key_hit"] for d in doms]))
+            return (round(margin, 9), round(mean, 9), rho.get(v, float("-inf")), -order.index(v))
+
+        best = max(usable, key=key)
+        return best, f"dev key hit@{SELECT_K}: worst-domain margin over the best retrieval signal, then mean"
+    if rho:
+        best = max(rho, key=lambda v: (rho[v], -order.index(v)))
+        return best, "dev Spearman with the labels (no key cards on dev)"
+    return order[0], "no dev split: the first variant"
 
 
 def choose_threshold(pred: np.ndarray, delta: np.ndarray, min_delta: float) -> tuple[float | None, float]:
@@ -170,7 +264,8 @@ def _mean_spearman(rows: Any, pred: np.ndarray) -> float:
 def fit_combiner(train: Any, train_student: Sequence[float], dev: Any | None = None,
                  dev_student: Sequence[float] | None = None, min_delta: float = 0.05,
                  fit_on: str = "train", features: str = "auto", k_min: int | str = "auto",
-                 dev_domains: Sequence[str] | None = None) -> tuple[Combiner, float | None, dict[str, Any]]:
+                 dev_domains: Sequence[str] | None = None,
+                 candidates: Sequence[str] | None = None) -> tuple[Combiner, float | None, dict[str, Any]]:
     """Fit the combiner, report on both splits, choose τ and the floor `k_min`.
 
     `fit_on="train"`: fit on the training rows, choose τ on dev (train when there is no dev split). The
@@ -179,31 +274,39 @@ def fit_combiner(train: Any, train_student: Sequence[float], dev: Any | None = N
     sample (classic stacking), and judge it and choose τ on out-of-fold predictions (GroupKFold over dev
     decisions); falls back to `"train"` with fewer than `MIN_HELDOUT_DECISIONS` dev decisions.
 
-    `features="auto"` fits two variants — every signal (`all`) and the student's score alone (`student`, then
-    the combiner is only a calibration of the student) — and keeps the one whose ranking agrees better with the
-    teacher on the dev decisions (mean per-decision Spearman; `all` on a tie or without a dev split): a signal
-    the linear model weighs must help on decisions it was not fitted on. `"all"` / `"student"` force one.
+    `features="auto"` fits every variant of `candidates` (default: all of `VARIANTS` — the linear model over every
+    signal, the student alone, rank fusions of the student with BM25 and cosine, and the retrieval signals alone)
+    and keeps the best on the dev decisions (`choose_variant`): key hit at `SELECT_K` cards in the worst dev domain
+    relative to that domain's best retrieval signal, so the exported scorer is never below its best signal on a
+    dev domain; the dev Spearman with the labels where dev has no key cards. A variant name forces that one.
 
     Args:
-        train / dev: label rows (DataFrames with the `NEEDED` columns, `delta`, `decision_id`).
+        train / dev: label rows (DataFrames with the `NEEDED` columns, `delta`, `decision_id`; `is_key` for the key
+            hit).
         train_student / dev_student: the student's score of each row.
         min_delta: the delta (nats per action token) above which the teacher says a card matters.
         fit_on: "train" or "heldout" (see above).
-        features: "auto", "all" or "student" (see above).
+        features: "auto" or a name of `VARIANTS` (see above).
         k_min: "auto" (`choose_k_min` on the rows τ is chosen on) or a number of cards, forced.
-        dev_domains: the training domain of each dev row (pooled dev of several domains): the report adds τ
-            chosen on each domain's rows alone (`threshold.by_domain`); the shipped τ stays the pooled one.
+        dev_domains: the training domain of each dev row (pooled dev of several domains): the variant is chosen on
+            each domain's key hit, and the report adds τ chosen on each domain's rows alone
+            (`threshold.by_domain`); the shipped τ stays the pooled one.
+        candidates: the variants `auto` chooses among (default: every one).
 
     Returns:
         (combiner, threshold, report) — the report has per-split Spearman (mean over decisions) of the student
-        alone and of the combiner against the teacher's deltas (for `heldout`, dev's combiner figure is out of
-        fold), `fitted_on`, `features`, each variant's dev Spearman, `threshold` and `floor` (`k_min` and its
-        F1s, `choose_k_min`).
+        alone and of the combiner against the labels (for `heldout`, dev's figure is out of fold), `fitted_on`,
+        `features` (the chosen variant) and why, each variant's dev Spearman and dev key hit per domain,
+        `threshold` and `floor` (`k_min` and its F1s, `choose_k_min`).
     """
     if fit_on not in ("train", "heldout"):
         raise ValueError(f"combiner fit_on must be 'train' or 'heldout', got {fit_on!r}")
-    if features not in ("auto", "all", "student"):
-        raise ValueError(f"combiner features must be 'auto', 'all' or 'student', got {features!r}")
+    if features != "auto" and features not in VARIANTS:
+        raise ValueError(f"combiner features must be 'auto' or one of {sorted(VARIANTS)}, got {features!r}")
+    names = list(candidates if candidates is not None else VARIANTS) if features == "auto" else [features]
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown or not names:
+        raise ValueError(f"combiner candidates must be names of {sorted(VARIANTS)}, got {list(names)!r}")
     if k_min != "auto" and (isinstance(k_min, bool) or not isinstance(k_min, int) or k_min < 0):
         raise ValueError(f"combiner k_min must be 'auto' or a whole number of cards ≥ 0, got {k_min!r}")
     has_dev = dev is not None and dev_student is not None and len(dev) > 0
@@ -212,23 +315,35 @@ def fit_combiner(train: Any, train_student: Sequence[float], dev: Any | None = N
         logger.warning("combiner: %d held-out decisions (< %d): fitted on the training rows instead", n_dev,
                        MIN_HELDOUT_DECISIONS)
         fit_on = "train"
-    variants = {"all": None, "student": ("student",)}
-    names = ["all", "student"] if features == "auto" else [features]
+    if has_dev and dev_domains is not None and len(dev_domains) != len(dev):
+        raise ValueError(f"dev_domains has {len(dev_domains)} entries for {len(dev)} dev rows")
     x_train, y_train = feature_matrix(train, train_student), train["delta"].to_numpy(float)
+    g_train = train["decision_id"].to_numpy()
     x_dev, y_dev = (feature_matrix(dev, dev_student), dev["delta"].to_numpy(float)) if has_dev else (None, None)
+    g_dev = dev["decision_id"].to_numpy() if has_dev else None
     fitted: dict[str, tuple[Combiner, np.ndarray | None]] = {}
     for name in names:
-        if fit_on == "heldout":
-            fitted[name] = (fit(x_dev, y_dev, use=variants[name]),
-                            _out_of_fold(x_dev, y_dev, dev["decision_id"].to_numpy(), use=variants[name]))
+        fusion, use = VARIANTS[name]
+        if fusion == "rank":   # nothing but the calibration is fitted: the dev ranking is the signals' own
+            comb = fit_rank(x_dev, y_dev, g_dev, use) if fit_on == "heldout" else fit_rank(x_train, y_train,
+                                                                                            g_train, use)
+            fitted[name] = (comb, comb.predict(x_dev, g_dev) if has_dev else None)
+        elif fit_on == "heldout":
+            fitted[name] = (fit(x_dev, y_dev, use=use), _out_of_fold(x_dev, y_dev, g_dev, use=use))
         else:
-            comb = fit(x_train, y_train, use=variants[name])
+            comb = fit(x_train, y_train, use=use)
             fitted[name] = (comb, comb.predict(x_dev) if has_dev else None)
     dev_rho = {n: _mean_spearman(dev, p) for n, (_, p) in fitted.items() if p is not None}
-    chosen = max(dev_rho, key=lambda n: (dev_rho[n], n == "all")) if len(dev_rho) > 1 else names[0]
+    dev_hits = {n: key_hits_by_domain(dev, p, dev_domains) for n, (_, p) in fitted.items() if p is not None}
+    chosen, why = choose_variant(dev_hits, dev_rho, names) if len(names) > 1 else (names[0], "forced")
     comb, dev_pred = fitted[chosen]
-    report: dict[str, Any] = {"fitted_on": fit_on, "features": chosen, "dev_spearman_by_features": dev_rho}
-    train_pred = comb.predict(x_train)
+    if chosen in BASELINES and len(names) > 1:
+        logger.warning("combiner: no variant with the student reaches the best retrieval signal on every dev "
+                       "domain; the scorer ranks by %s alone (dev key hit %s)", chosen, dev_hits.get(chosen))
+    report: dict[str, Any] = {"fitted_on": fit_on, "features": chosen, "fusion": comb.fusion, "uses": comb.uses(),
+                              "chosen_by": why, "dev_spearman_by_features": dev_rho,
+                              "dev_key_hit_by_features": dev_hits}
+    train_pred = comb.predict(x_train, g_train)
     for name, rows, st, pred in (("train", train, train_student, train_pred), ("dev", dev, dev_student, dev_pred)):
         if rows is None or st is None or len(rows) == 0:
             continue
@@ -242,8 +357,6 @@ def fit_combiner(train: Any, train_student: Sequence[float], dev: Any | None = N
                            "chosen_on": ("dev (out of fold)" if fit_on == "heldout" else "dev") if has_dev else "train"}
     if has_dev and dev_domains is not None:
         doms = np.asarray(dev_domains)
-        if len(doms) != len(dev):
-            raise ValueError(f"dev_domains has {len(doms)} entries for {len(dev)} dev rows")
         report["threshold"]["pooled_domains"] = sorted(set(doms.tolist()))
         report["threshold"]["by_domain"] = {
             str(name): {"tau": choose_threshold(np.asarray(sel_pred)[doms == name], sel_delta[doms == name],

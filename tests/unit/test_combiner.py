@@ -105,7 +105,7 @@ def test_auto_features_drop_signals_that_only_helped_on_the_training_rows():
     assert comb.coef[FEATURES.index("bm25")] == 0.0 and comb.coef[FEATURES.index("student")] > 0
     forced, _, rep_all = fit_combiner(train, st, dev, st_dev, features="all")
     assert rep_all["features"] == "all" and forced.coef[FEATURES.index("bm25")] > 0
-    with pytest.raises(ValueError, match="features must be 'auto', 'all' or 'student'"):
+    with pytest.raises(ValueError, match="features must be 'auto' or one of"):
         fit_combiner(train, st, dev, st_dev, features="bm25")
 
 
