@@ -266,3 +266,88 @@ def test_the_runtime_and_the_harness_take_max_scored_from_the_memory_config():
     policy.scorer = Recording()                              # an object, so nothing is loaded from disk
     env = PolicyEnv(count_tokens=len, memory=MemoryConfig(max_scored=5))
     assert policy.make_valuer(env).inner.max_scored == 5
+
+
+def _keyed_rows(n_dec, domain, student, seed):
+    """Decisions of 10 cards with one key card each (`is_key`, grounded-like deltas: key 1, top-cosine non-key
+    -0.5, the rest 0): cosine finds the key card in about two decisions of three; the student scores the key card
+    `student` (margin, noise sd) above the others: (2, 0.3) finds it, (1, 1) is weak, (0, 1) is noise."""
+    rng = np.random.default_rng(seed)
+    out, st = [], []
+    for d in range(n_dec):
+        key = int(rng.integers(10))
+        cos = rng.random(10) * 0.5
+        if rng.random() < 0.67:
+            cos[key] = 0.9
+        for c in range(10):
+            is_key = c == key
+            delta = 1.0 if is_key else (-0.5 if cos[c] == cos.max() else 0.0)
+            out.append({"decision_id": f"{domain}{d}", "card_id": f"c{c}", "delta": delta, "is_key": is_key,
+                        "card_age": int(rng.integers(1, 30)), "card_kind": "tool_result", "feat_bm25": rng.random(),
+                        "feat_cosine": float(cos[c]), "feat_pinned": 0.0, "domain": domain})
+            st.append((student[0] if is_key else 0.0) + rng.normal(0, student[1]))
+    return pd.DataFrame(out), np.array(st)
+
+
+STRONG, WEAK, NOISE = (2.0, 0.3), (1.0, 1.0), (0.0, 1.0)
+
+
+def _two_domains(student_a, student_b, seed=0):
+    parts = [_keyed_rows(n, dom, finds, seed + i) for i, (n, dom, finds) in enumerate(
+        [(40, "a", student_a), (40, "b", student_b), (30, "a", student_a), (30, "b", student_b)])]
+    train = pd.concat([parts[0][0], parts[1][0]], ignore_index=True)
+    dev = pd.concat([parts[2][0], parts[3][0]], ignore_index=True)
+    return train, np.concatenate([parts[0][1], parts[1][1]]), dev, np.concatenate([parts[2][1], parts[3][1]])
+
+
+def test_the_combiner_is_never_below_its_best_retrieval_signal_on_a_dev_domain(caplog):
+    """The student finds the key card in domain a and is weaker than cosine in b: the kept variant's key hit at four
+    cards is at least that of BM25, cosine and their fusion in *each* dev domain, and it still uses the student.
+    Where the student is noise everywhere and the candidates are the student's own variants and the retrieval
+    signals, a retrieval signal is kept, with a warning."""
+    from damc.scorer.combiner import BASELINES, VARIANTS
+
+    train, st, dev, st_dev = _two_domains(STRONG, WEAK)
+    comb, _, rep = fit_combiner(train, st, dev, st_dev, dev_domains=dev["domain"].tolist())
+    hits = rep["dev_key_hit_by_features"]
+    assert set(hits) == set(VARIANTS) and set(hits[rep["features"]]) == {"a", "b"}
+    for dom in ("a", "b"):
+        assert hits[rep["features"]][dom]["key_hit"] >= max(hits[b][dom]["key_hit"] for b in BASELINES), (dom, hits)
+    assert hits["student"]["b"]["key_hit"] < hits["rank:cosine"]["b"]["key_hit"]   # the student alone fails b
+    assert "student" in comb.uses() and rep["uses"] == comb.uses()
+    assert hits[rep["features"]]["a"]["key_hit"] > hits["rank:cosine"]["a"]["key_hit"]   # and helps in a
+
+    train, st, dev, st_dev = _two_domains(NOISE, NOISE, seed=7)
+    with caplog.at_level("WARNING", logger="damc.scorer.combiner"):
+        comb, _, rep = fit_combiner(train, st, dev, st_dev, dev_domains=dev["domain"].tolist(),
+                                    candidates=["student", "rank:student+cosine", *BASELINES])
+    assert set(rep["dev_key_hit_by_features"]) == {"student", "rank:student+cosine", *BASELINES}
+    assert rep["features"] in BASELINES and "student" not in comb.uses(), rep["features"]
+    assert "no variant with the student reaches the best retrieval signal" in caplog.text
+
+
+def test_a_rank_fusion_combiner_ranks_as_its_signals_do_and_round_trips(tmp_path):
+    """`rank:bm25+cosine` orders one decision's candidates exactly as the cascade's first stage (`fused_order`);
+    predicting many decisions at once (`groups`) equals predicting each alone; the file keeps the fusion, and a
+    file with an unknown fusion is refused."""
+    from damc.runtime.valuers.learned import fused_order
+    from damc.scorer.combiner import fit_rank
+
+    train, st, dev, st_dev = _two_domains(STRONG, STRONG)
+    x = feature_matrix(train, st)
+    comb = fit_rank(x, train["delta"].to_numpy(float), train["decision_id"].to_numpy(), ("bm25", "cosine"))
+    assert comb.fusion == "rank" and comb.uses() == ["bm25", "cosine"]
+    xd, groups = feature_matrix(dev, st_dev), dev["decision_id"].to_numpy()
+    together = comb.predict(xd, groups)
+    for g in np.unique(groups)[:10]:
+        m = groups == g
+        alone = comb.predict(xd[m])
+        np.testing.assert_allclose(together[m], alone, rtol=0, atol=1e-6)
+        assert np.argsort(-alone, kind="stable").tolist() == fused_order(xd[m]).tolist()
+    comb.save(tmp_path / "combiner.json")
+    again = Combiner.load(tmp_path / "combiner.json")
+    assert again.fusion == "rank" and np.array_equal(again.predict(xd, groups), together)
+    bad = json.loads((tmp_path / "combiner.json").read_text()) | {"fusion": "softmax"}
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match=r"bad.json: fusion must be one of \('linear', 'rank'\), got 'softmax'"):
+        Combiner.load(tmp_path / "bad.json")
