@@ -102,9 +102,21 @@ class Study:
                                                       *[str(o) for o in ds.label]])
         return root
 
+    def label_sets(self, labels: Path) -> list[Path]:
+        """The label set of each labelled dataset (`labels/<name>`)."""
+        return [labels / name for name, ds in self.datasets.items() if ds.get("label") is not None]
+
+    def train_labels(self, labels: Path) -> str:
+        """`data.labels` of the train stage: one label set per training domain when several datasets are labelled
+        (the trainer holds out dev episodes in each and chooses the combiner's variant, τ and floor on every
+        domain's dev, `damc.scorer.train`), else the labels directory."""
+        sets = self.label_sets(labels)
+        return override_value([str(p) for p in sets]) if len(sets) > 1 else str(labels)
+
     def train_export(self, labels: Path) -> Path:
         run, scorer = self.out / "run", self.out / "scorer"
-        self.run_stage("train", "train", [f"data.labels={labels}", f"out_dir={run}", f"seed={self.cfg.seed}",
+        self.run_stage("train", "train", [f"data.labels={self.train_labels(labels)}", f"out_dir={run}",
+                                          f"seed={self.cfg.seed}",
                                           *self.cfg.train.overrides])
         self.run_stage("export", "export", [f"run_dir={run}", f"out={scorer}", *self.cfg.export.overrides])
         self.exported = self.before      # the fingerprint the study's student was exported under

@@ -42,7 +42,10 @@ def test_every_study_profile_composes_every_stage(profile, tmp_path):
     keys = set(study.composed)
     assert {f"data.{n}" for n in cfg.use} | {f"evaluate.{n}" for n in cfg.use} | {"train", "export"} <= keys
     assert {f"label.{n}" for n, ds in study.datasets.items() if ds.get("label") is not None} <= keys
-    assert study.composed["train"].data.labels == str(labels)
+    sets = [labels / n for n, ds in study.datasets.items() if ds.get("label") is not None]
+    want = [str(p) for p in sets] if len(sets) > 1 else str(labels)   # one label set per training domain
+    got = study.composed["train"].data.labels
+    assert (list(got) if len(sets) > 1 else got) == want
     for name in cfg.use:
         assert study.composed[f"evaluate.{name}"].scorer == str(scorer)
         assert list(study.composed[f"evaluate.{name}"].policies) == list(cfg.evaluate.policies)
