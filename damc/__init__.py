@@ -5,7 +5,7 @@ small cross-encoder distilled from counterfactual (leave-one-out) labels of a la
 a token budget, compressed with templates, and assembled into the prompt.
 
 Public objects are imported lazily so `import damc` stays cheap:
-`Card`, `Episode`, `CardScorer`, `DecisionAwareMemory`.
+`Card`, `Episode`, `CardScorer`, `DecisionAwareMemory`, `MemoryConfig`.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ _LAZY = {
     "decision_points": "damc.episodes",
     "CardScorer": "damc.runtime.scorer",
     "DecisionAwareMemory": "damc.runtime.memory",
+    "MemoryConfig": "damc.runtime.config",
     "ConversationMismatchError": "damc.runtime.identity",
 }
 
