@@ -56,10 +56,10 @@ class MemoryConfig:
     context_window: int = 8192
     budget_fraction: float = 0.65
     # retrieve: the candidate set (the teacher labels the same one: configs/memory/default.yaml)
-    top_n: int = 16
+    top_n: int = 32
     recent: int = 10
     pinned: int = 10
-    max_candidates: int = 24   # chosen on dev splits: docs/runtime.md "Overhead (measured)"
+    max_candidates: int = 48   # chosen on dev splits (candidate recall, key hit): docs/runtime.md "Overhead (measured)"
     # value
     max_scored: int = 8        # chosen on dev splits (key hit) and bench_memory (p50): docs/runtime.md
     k_min: int | None = None   # None: the scorer's dev-chosen floor (docs/runtime.md "The floor")

@@ -351,3 +351,22 @@ def test_a_rank_fusion_combiner_ranks_as_its_signals_do_and_round_trips(tmp_path
     (tmp_path / "bad.json").write_text(json.dumps(bad))
     with pytest.raises(ValueError, match=r"bad.json: fusion must be one of \('linear', 'rank'\), got 'softmax'"):
         Combiner.load(tmp_path / "bad.json")
+
+
+def test_a_one_decision_lead_on_a_small_dev_split_does_not_outrank_a_fusion_with_retrieval():
+    """`choose_variant`: the student alone one decision ahead of the fusion in one domain (and tied in the other)
+    is a near-tie, so the fusion — first in the order of preference — is kept; two decisions ahead, the student
+    is; a variant below the best retrieval signal on a domain is never kept as a near-tie when another is not."""
+    from damc.scorer.combiner import VARIANTS, choose_variant
+
+    def h(a, b):   # key hits over 20 and 10 key decisions
+        return {"a": {"key_hit": a / 20, "decisions": 20}, "b": {"key_hit": b / 10, "decisions": 10}}
+
+    base = {"rank:bm25+cosine": h(12, 8), "rank:cosine": h(13, 9), "rank:bm25": h(10, 7)}
+    rho = {}
+    one = {**base, "student": h(19, 9), "rank:student+bm25+cosine": h(18, 9), "all": h(14, 9)}
+    assert choose_variant(one, rho, list(VARIANTS))[0] == "rank:student+bm25+cosine"
+    two = {**base, "student": h(19, 9), "rank:student+bm25+cosine": h(17, 9), "all": h(14, 9)}
+    assert choose_variant(two, rho, list(VARIANTS))[0] == "student"
+    below = {**base, "student": h(19, 9), "rank:student+bm25+cosine": h(19, 8), "all": h(14, 9)}
+    assert choose_variant(below, rho, list(VARIANTS))[0] == "student"   # the fusion falls below cosine on b

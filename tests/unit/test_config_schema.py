@@ -15,8 +15,8 @@ from damc.models import DEFAULT_ENCODER
 from damc.runtime.config import MemoryConfig
 
 PKG = Path(__file__).resolve().parents[2] / "damc"
-DEFAULT_MEMORY = {"encoder": "minilm-l6", "max_candidates": 24, "pinned": 10, "placement": "message", "recent": 10,
-                  "top_n": 16}
+DEFAULT_MEMORY = {"encoder": "minilm-l6", "max_candidates": 48, "pinned": 10, "placement": "message", "recent": 10,
+                  "top_n": 32}
 
 
 def _compose(name: str, *overrides: str):
@@ -83,10 +83,11 @@ def test_record_fingerprints_are_the_ones_made_before_the_schema(tmp_path):
 
     data = tmp_path / "fp_data.jsonl"   # the digest hashes the file name and its bytes
     data.write_text('{"episode_id": "x"}\n')
-    cfg = _compose("evaluate", f"data.path={data}", "out_dir=y", "policies=[bm25,damc]")
+    old_cap = ("memory.top_n=16", "memory.max_candidates=24")   # the defaults then (32 / 48 since 2026-12-05)
+    cfg = _compose("evaluate", f"data.path={data}", "out_dir=y", "policies=[bm25,damc]", *old_cap)
     assert fingerprints(cfg, policy_options(cfg)) == {"bm25": "f2b8c0520d24f6ae", "damc": "4147972754c0cc64"}
     cfg = _compose("evaluate", f"data.path={data}", "out_dir=y", "policies=[bm25,damc]", "memory.max_candidates=4",
-                   "memory.max_scored=0")
+                   "memory.max_scored=0", "memory.top_n=16")
     assert fingerprints(cfg, policy_options(cfg)) == {"bm25": "6ea9d29cd53569f6", "damc": "e4486ca430603955"}
 
 
@@ -114,13 +115,14 @@ def test_the_runtime_imports_neither_hydra_nor_omegaconf():
     ("data", "make_data", ["out_dir=/r/data", "source=tau2", "tau2.domain=retail", "split.train=0.5",
                              "seed=0"], "f918b9014ea6c6ab"),
     ("label", "label", ["data.path=/r/li.jsonl", "out_dir=/r/labels", "data.tool_calls_only=true",
-                        "memory.max_candidates=4"], "4d75657093630b46"),
-    ("evaluate", "evaluate", ["data.path=/r/test.jsonl", "out_dir=/r/eval", "memory.max_candidates=4",
+                        "memory.max_candidates=4", "memory.top_n=16"], "4d75657093630b46"),
+    ("evaluate", "evaluate", ["data.path=/r/test.jsonl", "out_dir=/r/eval", "memory.max_candidates=4", "memory.top_n=16",
                               "sweep.top_k=[2]", "n_boot=200"], "d8622fce03257706"),
 ])
 def test_stage_fingerprints_are_the_ones_made_before_the_schema(key, name, overrides, expected):
     """Captured from `damc.pipeline.stages.fingerprint` before the schemas: a study or demo run made then finds
-    its stages done (the hash reads `damc.configs.as_spelled_before`, not the schema's full `memory`)."""
+    its stages done (the hash reads `damc.configs.as_spelled_before`, not the schema's full `memory`). `top_n=16`:
+    the default then (32 since 2026-12-05)."""
     from damc.pipeline.stages import compose_stage, fingerprint
 
     assert fingerprint(key, compose_stage(name, overrides), "x") == expected
