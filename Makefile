@@ -9,6 +9,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.damc-installed
 # Threads for torch/BLAS on the 2-core CI box.
 export OMP_NUM_THREADS ?= 2
+# Idle OpenMP threads sleep instead of spinning (no cores taken from other processes; docs/benchmarks.md).
+export OMP_WAIT_POLICY ?= PASSIVE
 export TOKENIZERS_PARALLELISM ?= false
 export WANDB_MODE ?= offline
 export HF_HUB_OFFLINE ?= 1

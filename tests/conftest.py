@@ -9,6 +9,10 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_NUM_THREADS", "2")
+# Idle OpenMP threads sleep instead of spinning: with another process on the 2 cores (a subprocess test, DDP's two
+# workers, other jobs on the box) spinning threads took the cores from the ones doing the work — a SmolLM2 forward
+# of 256 tokens took 4.0 s with the default policy and 0.8 s with PASSIVE under load (docs/benchmarks.md).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from pathlib import Path  # noqa: E402
 

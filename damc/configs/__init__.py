@@ -60,8 +60,9 @@ def memory_fingerprint(memory: Mapping[str, Any] | None, always: tuple[str, ...]
 def as_spelled_before(cfg: Any) -> dict[str, Any]:
     """A composed config (`DictConfig`, resolved) as a plain dict laid out as the YAML files spelled it before the
     schemas: `memory` holds `memory_fingerprint`'s keys in the old order (evaluate: first, `max_scored` leading),
-    make_data's `tau2` comes last. The pipeline's stage fingerprints hash this view, so the stages of a study or
-    demo run made before still count as done (`damc.pipeline.stages.fingerprint`)."""
+    make_data's `tau2` comes last (without `tools` at its default, `all`). The pipeline's stage fingerprints hash
+    this view, so the stages of a study or demo run made before still count as done
+    (`damc.pipeline.stages.fingerprint`)."""
     from omegaconf import OmegaConf
 
     plain = OmegaConf.to_container(cfg, resolve=True)
@@ -74,6 +75,8 @@ def as_spelled_before(cfg: Any) -> dict[str, Any]:
             plain = {"memory": plain.pop("memory"), **plain}
     if isinstance(plain.get("tau2"), dict) and "source" in plain:   # make_data.yaml's last section
         plain["tau2"] = plain.pop("tau2")
+        if plain["tau2"].get("tools") == "all":     # added later: its default leaves the hash as it was
+            del plain["tau2"]["tools"]
     return plain
 
 

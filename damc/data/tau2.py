@@ -6,7 +6,8 @@ kept task this module takes a fresh database (the domain's, loaded once, deep-co
 action through the domain environment (`env.get_response(ToolCall(...))`) and writes what happened as a
 DAMC `Episode` in the OpenAI chat format:
 
-* system: the domain's `policy.md`; tools: the environment's own OpenAI schemas;
+* system: the domain's `policy.md`; tools: the environment's own OpenAI schemas (`tau2.tools=used`: only those
+  the task's gold actions call, `keep_used_tools`);
 * user turns: the task's `user_scenario` (`reason_for_call`, `known_info`, `unknown_info`) in the first
   person, each sentence revealed just before the first action that needs a value it holds, plus an
   explicit confirmation before every write action (`damc.data.tau2_user`);
@@ -101,6 +102,32 @@ class Tau2Config:
     sample: int | None = None  # telecom only: a seeded sample of N tasks (None: tau2_telecom.DEFAULT_SAMPLE)
     n_distractors: int = 3  # look-alike actions from the database per decision, at most
     progress: bool = True  # tqdm bar over the tasks
+    tools: str = "all"  # all: every tool of the domain on every episode | used: only those its gold actions call
+
+
+TOOL_SETS = ("all", "used")  # `Tau2Config.tools`
+
+
+def check_tools(tools: str) -> str:
+    """`tools` if it names a tool set (`TOOL_SETS`), else a ValueError naming the field and the choices."""
+    if tools not in TOOL_SETS:
+        raise ValueError(f"tau2.tools must be one of {list(TOOL_SETS)}, got {tools!r}")
+    return tools
+
+
+def keep_used_tools(episode: Episode) -> Episode:
+    """The episode with only the tools its assistant messages call (in the domain's order): `tau2.tools=used`.
+
+    Every decision prompt lists the episode's tools (`damc.prompting.build_decision_messages`); retail's 15
+    take ~590 SmolLM2 tokens, the 3–5 a task calls ~150. The gold actions and the database rivals
+    (`Episode.distractors`, the same tool as the gold) are unchanged; the prompt no longer shows the tools the
+    task never needs, so decisions are easier and figures not comparable with `tools=all` (the default). For
+    test-sized profiles (`configs/experiment/study_tau2_tiny.yaml`), where the prompt's length is the cost.
+    """
+    called = {c["function"]["name"] for m in episode.messages if m.get("role") == "assistant"
+              for c in m.get("tool_calls") or []}
+    episode.tools = [t for t in episode.tools if t["function"]["name"] in called]
+    return episode
 
 
 class Tau2NotInstalledError(ImportError):
@@ -448,6 +475,7 @@ def build_tau2_episodes(cfg: Tau2Config | None = None, dom: Tau2Domain | None = 
         raise ValueError("telecom is replayed by damc.data.tau2_telecom.build_telecom_episodes (make_data does this)")
     if cfg.sample is not None:
         raise ValueError(f"tau2.sample applies to telecom only (tau2.domain is {cfg.domain!r}); use tau2.limit")
+    check_tools(cfg.tools)
     dom = dom or load_domain(cfg.domain)
     if dom.name != cfg.domain:
         raise ValueError(f"loaded domain {dom.name!r} but tau2.domain is {cfg.domain!r}")
@@ -462,6 +490,8 @@ def build_tau2_episodes(cfg: Tau2Config | None = None, dom: Tau2Domain | None = 
         kept = kept[: int(cfg.limit)]
     episodes = [replay_task(dom, task, actions, cfg.n_distractors)
                 for task, actions in tqdm(kept, desc=f"tau2 {dom.name}", unit="task", disable=not cfg.progress)]
+    if cfg.tools == "used":
+        episodes = [keep_used_tools(e) for e in episodes]
     logger.info("tau2 %s: %d episodes, %d gold actions replayed, %d tool errors", dom.name, len(episodes),
                 sum(len(e.metadata["action_ids"]) for e in episodes),
                 sum(len(e.metadata["tool_errors"]) for e in episodes))

@@ -340,6 +340,9 @@ def build_telecom_episodes(cfg: Tau2Config | None = None, seed: int = 0,
         raise ValueError(f"build_telecom_episodes replays telecom, but tau2.domain is {cfg.domain!r}")
     if dom is not None and not isinstance(dom, TelecomDomain):
         raise TypeError("build_telecom_episodes needs the domain from load_telecom() (the device and main policy)")
+    from damc.data.tau2 import check_tools, keep_used_tools
+
+    check_tools(cfg.tools)
     dom = dom or load_telecom()
     n = DEFAULT_SAMPLE if cfg.sample is None else int(cfg.sample)
     tasks = sample_tasks(dom, n, seed)
@@ -348,6 +351,8 @@ def build_telecom_episodes(cfg: Tau2Config | None = None, seed: int = 0,
     logger.info("tau2 telecom: replaying %d of %d tasks (seeded sample, seed %d)", len(tasks), len(dom.tasks), seed)
     episodes = [replay_telecom_task(dom, i, t, cfg.n_distractors)
                 for i, t in tqdm(tasks, desc="tau2 telecom", unit="task", disable=not cfg.progress)]
+    if cfg.tools == "used":
+        episodes = [keep_used_tools(e) for e in episodes]
     logger.info("tau2 telecom: %d episodes, %d gold actions replayed (%d by the user), %d tool errors",
                 len(episodes), sum(len(e.metadata["action_ids"]) for e in episodes),
                 sum(len(e.metadata["user_actions"]) for e in episodes),

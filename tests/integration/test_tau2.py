@@ -340,6 +340,33 @@ def test_airline_is_test_only_and_valid(tmp_path):
                for e in eps)
 
 
+def test_tools_used_keeps_only_the_tools_each_episode_calls(tmp_path, retail):
+    """`tau2.tools=used` (the test-sized study's prompts): each episode lists only the tools its gold actions call,
+    in the domain's order; messages, key cards and database rivals are those of `tools=all`; its stages hash apart."""
+    from damc.pipeline.stages import compose_stage, fingerprint
+
+    full = tau2.build_tau2_episodes(tau2.Tau2Config(limit=3, progress=False), retail)
+    used = tau2.build_tau2_episodes(tau2.Tau2Config(limit=3, progress=False, tools="used"), retail)
+    order = [t["function"]["name"] for t in retail.tools]
+    for a, b in zip(full, used, strict=True):
+        called = {c["function"]["name"] for m in a.messages for c in m.get("tool_calls") or []}
+        names = [t["function"]["name"] for t in b.tools]
+        assert set(names) == called and names == [n for n in order if n in called]
+        assert len(a.tools) == len(retail.tools) == 15 and len(names) < 15
+        assert (a.messages, a.distractors, a.metadata) == (b.messages, b.distractors, b.metadata)
+    with pytest.raises(ValueError, match=r"tau2.tools must be one of \['all', 'used'\], got 'some'"):
+        tau2.build_tau2_episodes(tau2.Tau2Config(limit=1, tools="some"), retail)
+    res = make_main(_cfg(tmp_path, "tau2.limit=4", "tau2.tools=used"))
+    eps = [e for s in ("train", "dev", "test") for e in load_episodes(tmp_path / f"{s}.jsonl")]
+    assert len(eps) == 4 == sum(res["splits"][s]["episodes"] for s in ("train", "dev", "test"))
+    assert all({t["function"]["name"] for t in e.tools} == {c["function"]["name"] for m in e.messages
+                                                            for c in m.get("tool_calls") or []} for e in eps)
+    base = ["out_dir=/r/data", "source=tau2", "tau2.domain=retail", "seed=0"]
+    fp = {v: fingerprint("data", compose_stage("make_data", [*base, *v]), "x")
+          for v in ((), ("tau2.tools=all",), ("tau2.tools=used",))}
+    assert fp[()] == fp[("tau2.tools=all",)] != fp[("tau2.tools=used",)]   # the default hashes as before
+
+
 def test_episodes_pass_validation(tmp_path, retail_eps, airline_eps):
     path = tmp_path / "eps.jsonl"
     write_episodes(path, [*retail_eps.values(), *airline_eps.values()])
