@@ -7,7 +7,9 @@ OUT_DIR is a `scripts/evaluate.py` results directory (results.json, records.json
 candidate recall, all values, prompt confuser, median prompt tokens, n) of the setting's rows — the `oracle`, which is
 not sweepable, at its budget row —, each `damc*` policy's key hit minus max(bm25, similarity, rrf), and per baseline
 the decisions the policy hits and the baseline misses (+) and the reverse (−), recomputed from the records and
-checked against results.json. It reformats what evaluate.py wrote; it measures nothing.
+checked against results.json. For a scored run (a decision LLM ran: records carry `correct`), each `damc*` policy
+minus each baseline in accuracy and gold log-prob per token, with a 95 % cluster-bootstrap interval (episodes).
+It reformats and resamples what evaluate.py wrote; it runs no model.
 """
 
 import argparse
@@ -88,6 +90,38 @@ def paired(hit: dict[str, dict[str, bool]], rows: dict[str, dict[str, Any]]) -> 
     return out
 
 
+def decisions(records: list[dict[str, Any]], setting: str) -> list[str]:
+    """Scored runs (records with `correct`): each `damc*` policy minus each retrieval baseline on the same decisions —
+    accuracy and the gold action's log-prob per token — with a 95 % bootstrap interval clustered by episode
+    (`damc.ranking.paired_bootstrap`, 2,000 resamples, seed 0) and the +wins / −losses in accuracy. None for a
+    selection-only run."""
+    from damc.ranking import paired_bootstrap
+
+    by: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in records:
+        if r.get("setting") == setting and r.get("correct") is not None and not r.get("failed"):
+            by.setdefault(r["policy"], {})[r["decision_id"]] = r
+    out = []
+    for s in sorted(p for p in by if p.startswith("damc")):
+        for b in (b for b in BASELINES if b in by):
+            ids = sorted(by[s].keys() & by[b].keys())
+            eps = [by[s][i]["episode_id"] for i in ids]
+            acc = paired_bootstrap([float(by[s][i]["correct"]) for i in ids], [float(by[b][i]["correct"]) for i in ids],
+                                   clusters=eps, n_boot=2000)
+            cells = [f"accuracy {acc['delta']:+.3f} [{acc['ci'][0]:+.3f}, {acc['ci'][1]:+.3f}] "
+                     f"(+{sum(by[s][i]['correct'] and not by[b][i]['correct'] for i in ids)}/"
+                     f"−{sum(by[b][i]['correct'] and not by[s][i]['correct'] for i in ids)})"]
+            ll = [i for i in ids if by[s][i].get("gold_logprob_per_token") is not None
+                  and by[b][i].get("gold_logprob_per_token") is not None]
+            if ll:
+                g = paired_bootstrap([by[s][i]["gold_logprob_per_token"] for i in ll],
+                                     [by[b][i]["gold_logprob_per_token"] for i in ll],
+                                     clusters=[by[s][i]["episode_id"] for i in ll], n_boot=2000)
+                cells.append(f"gold LL/token {g['delta']:+.3f} [{g['ci'][0]:+.3f}, {g['ci'][1]:+.3f}]")
+            out.append(f"{s} − {b} on {len(ids)} decisions ({len(set(eps))} episodes): " + ", ".join(cells))
+    return out
+
+
 def report(out_dir: Path, setting: str, labels: dict[str, str]) -> list[str]:
     """The lines this script prints for one evaluation directory.
 
@@ -102,7 +136,9 @@ def report(out_dir: Path, setting: str, labels: dict[str, str]) -> list[str]:
                          f"(have {sorted({k.split('@', 1)[1] for k in policies})})")
     with open(out_dir / "records.jsonl") as fh:
         records = [json.loads(line) for line in fh if line.strip()]
-    return table(rows, labels) + [""] + margins(rows) + paired(key_hits(records, setting), rows)
+    scored = decisions(records, setting)
+    return (table(rows, labels) + [""] + margins(rows) + paired(key_hits(records, setting), rows)
+            + ([""] + scored if scored else []))
 
 
 def cli() -> None:

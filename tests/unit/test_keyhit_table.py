@@ -51,3 +51,18 @@ def test_records_out_of_step_with_results_is_an_error(tmp_path):
 def test_unknown_setting_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="no policy at setting '512/k4'"):
         kt.report(_run(tmp_path), "512/k4", {})
+
+
+def test_a_scored_run_adds_paired_accuracy_and_gold_log_likelihood(tmp_path):
+    """Records with `correct` (a decision LLM ran): damc_a − rrf in accuracy and gold log-prob per token on the same
+    decisions, with wins/losses; a selection-only run (the records above) prints no such line."""
+    assert not any("accuracy" in x for x in kt.report(_run(tmp_path), "1024/k4", {}))
+    correct = {"rrf": [1, 0, 0, 1, 0, 1], "damc_a": [1, 1, 1, 1, 0, 1]}
+    recs = [{"policy": p, "setting": "1024/k4", "decision_id": f"d{i}", "episode_id": f"e{i // 2}", "failed": False,
+             "correct": bool(c), "gold_logprob_per_token": (-0.5 if c else -1.0) - (0.1 if p == "rrf" else 0.0)}
+            for p, cs in correct.items() for i, c in enumerate(cs)]
+    lines = kt.decisions(recs, "1024/k4")
+    assert len(lines) == 1 and lines[0].startswith("damc_a − rrf on 6 decisions (3 episodes): accuracy +0.333 [")
+    assert "(+2/−0)" in lines[0] and "gold LL/token +0.267 [" in lines[0]
+    lo = float(lines[0].split("accuracy +0.333 [", 1)[1].split(",", 1)[0])
+    assert 0.0 <= lo <= 0.333
