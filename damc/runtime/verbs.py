@@ -28,7 +28,7 @@ from damc.query import card_document, query_body, render_decision_query
 from damc.runtime.lexical import bm25_scores, bm25_tokens
 from damc.runtime.scope import Scope, tag_card
 from damc.runtime.store import StoredCard
-from damc.runtime.valuers import CachedValuer
+from damc.runtime.valuers import CachedValuer, as_valuer
 
 logger = logging.getLogger(__name__)
 
@@ -201,10 +201,10 @@ class MemoryVerbs:
         if not stored:
             return []
         cards = [tag_card(copy.copy(sc.card), sc.scope) for sc in stored]   # the items keep the untagged cards
-        self.valuer.bind(self)
+        valuer = as_valuer(self.valuer)
+        valuer.bind(self)
         now = time.time() if now is None else now
-        values = self.valuer.value_with_notes(q, cards, now)[0] if hasattr(self.valuer, "value_with_notes") \
-            else self.valuer.value(q, cards, now)
+        values = valuer.value_with_notes(q, cards, now)[0]
         lexical = bm25_scores([bm25_tokens(card_document(c)) for c in cards], bm25_tokens(query_body(q)))
         sims = self.index.card_vectors([c.card_id for c in cards], scope) @ self.index.query_vector(q)
         items = []

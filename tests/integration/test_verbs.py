@@ -166,6 +166,20 @@ def test_search_scores_and_reasons(any_two_users):
         mem.search("  ", user_id="alice")
 
 
+def test_search_scores_with_a_valuer_that_only_has_value(two_users):
+    """A valuer-shaped object (a `value` method, no `Valuer` base, no `value_with_notes`) scores `search` as it
+    scores `build_context`: its values come back as the items' scores, in its order."""
+    class ByLength:
+        def value(self, query, cards, now=None):
+            return [len(c.raw_text) / 10_000 for c in cards]
+
+    mem = two_users
+    mem.valuer = ByLength()
+    hits = mem.search("order 88412 lookup failed", user_id="alice", limit=30)
+    assert hits and [h.score for h in hits] == pytest.approx(sorted((len(h.card.raw_text) / 10_000 for h in hits),
+                                                                    reverse=True), abs=1e-6)
+
+
 def test_scopes_apply_to_every_verb(any_two_users):
     mem = any_two_users
     converse(mem, "alice", "only-alice", 1)
