@@ -48,6 +48,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from damc.episodes import default_file_mode
+from damc.models import DEFAULT_ENCODER
 from damc.runtime.scope import DEFAULT_SCOPE, Scope
 from damc.runtime.store import CardStore
 
@@ -228,7 +229,7 @@ class CardIndex:
         scorer_dir: an exported scorer whose `encoder/` (ONNX) serves a named encoder it was exported from.
     """
 
-    def __init__(self, store: CardStore, encoder: str | Any = "minilm-l6", path: str | os.PathLike | None = None,
+    def __init__(self, store: CardStore, encoder: str | Any = DEFAULT_ENCODER, path: str | os.PathLike | None = None,
                  config: IndexConfig | None = None, encoder_name: str | None = None, encoder_backend: str = "auto",
                  scorer_dir: str | os.PathLike | None = None):
         from damc.runtime.encoder import choose_encoder

@@ -52,6 +52,7 @@ import numpy as np
 
 from damc.cards import Card
 from damc.cards import card_id as make_card_id
+from damc.models import DEFAULT_ENCODER
 from damc.prompting import PLACEMENTS, neutralize_line
 from damc.query import render_decision_query
 from damc.runtime import lifecycle
@@ -197,7 +198,7 @@ class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
 
     def __init__(self, path: str | os.PathLike | None = None, *, valuer: Valuer | str | None = None,
                  selector: Selector | None = None, compressor: Compressor | None = None, scorer: Any = None,
-                 encoder: str | Any = "minilm-l6", tokenizer: str | Any | None = "smollm2-135m",
+                 encoder: str | Any = DEFAULT_ENCODER, tokenizer: str | Any | None = "smollm2-135m",
                  context_window: int | None = None, session_id: str | None = None, user_id: str | None = None,
                  agent_id: str | None = None, share_sessions: bool | None = None, config: MemoryConfig | None = None,
                  index_config: IndexConfig | None = None, store_config: StoreConfig | None = None):

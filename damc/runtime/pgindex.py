@@ -33,6 +33,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from damc.cards import Card
+from damc.models import DEFAULT_ENCODER
 from damc.runtime.index import CardIndex
 from damc.runtime.pgschema import LOCK_KEY, filters_sql
 from damc.runtime.pgstore import PgCardStore, scope_sql
@@ -58,7 +59,7 @@ class PgCardIndex(CardIndex):
         StoreError: the database's vectors come from another encoder or dimension (`rebuild` re-embeds them all).
     """
 
-    def __init__(self, store: PgCardStore, encoder: str | Any = "minilm-l6", *, encoder_name: str | None = None,
+    def __init__(self, store: PgCardStore, encoder: str | Any = DEFAULT_ENCODER, *, encoder_name: str | None = None,
                  encoder_backend: str = "auto", scorer_dir: Any = None):
         super().__init__(store, encoder, None, None, encoder_name=encoder_name, encoder_backend=encoder_backend,
                          scorer_dir=scorer_dir)

@@ -28,6 +28,7 @@ from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from damc.cards import Card
+from damc.models import DEFAULT_ENCODER
 from damc.runtime.paths import STORE_SUFFIXES
 from damc.runtime.scope import Scope
 
@@ -185,7 +186,7 @@ def embedded_paths(path: str | os.PathLike | None) -> tuple[str, str | None]:
     return str(p / "cards.db"), str(p / "cards.faiss")
 
 
-def open_storage(path: Any, encoder: str | Any = "minilm-l6", *, store_config: Any = None,
+def open_storage(path: Any, encoder: str | Any = DEFAULT_ENCODER, *, store_config: Any = None,
                  index_config: Any = None, encoder_backend: str = "auto",
                  scorer_dir: str | os.PathLike | None = None) -> tuple[CardStorage, VectorIndex]:
     """The store and index for `path` (see module docstring).

@@ -226,3 +226,20 @@ def test_no_yaml_repeats_a_dataclass_default():
         assert not copies(cfg.get("tau2") or {}, Tau2Config), f"{f.name}'s tau2: repeats Tau2Config defaults"
     make_data = yaml.safe_load((PKG / "configs" / "make_data.yaml").read_text())
     assert "base_tau2@tau2" in make_data["defaults"]
+
+
+def test_the_encoder_name_has_one_home():
+    """The retrieval encoder's registry name is spelled once, as `damc.models.DEFAULT_ENCODER`: no signature in the
+    package defaults to the literal (the registry, the packaged-file maps and docstrings may name it)."""
+    offenders = []
+    for f in sorted(PKG.rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = node.args
+                defaults = [*args.defaults, *(d for d in args.kw_defaults if d is not None)]
+                if any(isinstance(d, ast.Constant) and d.value == "minilm-l6" for d in defaults):
+                    offenders.append(f"{f.relative_to(ROOT)}:{node.lineno} {node.name}")
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.value, ast.Constant) \
+                    and node.value.value == "minilm-l6":
+                offenders.append(f"{f.relative_to(ROOT)}:{node.lineno}")
+    assert not offenders, f"defaults spelling the encoder name instead of DEFAULT_ENCODER: {offenders}"

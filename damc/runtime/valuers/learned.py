@@ -22,6 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from damc.cards import Card
+from damc.models import DEFAULT_ENCODER
 from damc.query import render_card
 from damc.runtime.valuers.base import NOT_CROSS_ENCODED, Valuer, sigmoid
 
@@ -159,7 +160,7 @@ class CrossEncoderScorer:
     """A `CardScorer` stand-in over a sentence-transformers `CrossEncoder` (e.g. one initialised from
     `minilm-l6` before a student is trained). Scores `(query, render_card(card))` pairs."""
 
-    def __init__(self, model: str = "minilm-l6", max_length: int = 256, device: str = "cpu"):
+    def __init__(self, model: str = DEFAULT_ENCODER, max_length: int = 256, device: str = "cpu"):
         from damc.extras import requires
 
         with requires("CrossEncoderScorer"):
