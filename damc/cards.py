@@ -21,7 +21,14 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable
 
-from damc.episodes import Episode, EpisodeFormatError, call_arguments, message_text, render_call
+from damc.episodes import (
+    Episode,
+    EpisodeFormatError,
+    call_arguments,
+    check_message,
+    message_text,
+    render_call,
+)
 from damc.facts import card_text
 
 KINDS = ("tool_result", "tool_error", "user", "assistant")
@@ -282,9 +289,7 @@ def encode_messages(messages: Iterable[dict[str, Any]], episode_id: str, *,
     pending: dict[str, Card] = {}
     for off, m in enumerate(messages):
         i = start_index + off
-        if not isinstance(m, dict):
-            raise EpisodeFormatError(f"message {i} is a {type(m).__name__}", field=f"messages[{i}]",
-                                     expected="a JSON object")
+        check_message(m, i)   # the one shape check (damc.episodes); the sequence checks are below
         role = m.get("role")
         ts = m.get("timestamp")
         if role in ("system", "developer"):
@@ -299,10 +304,7 @@ def encode_messages(messages: Iterable[dict[str, Any]], episode_id: str, *,
                 cards.append(Card(card_id(episode_id, i), episode_id, i, "assistant", "assistant", text, ts,
                                   n_tokens=count(text)))
             for j, call in enumerate(m.get("tool_calls") or []):
-                fn = call.get("function") or {}
-                if not fn.get("name"):
-                    raise EpisodeFormatError("tool call without a function name",
-                                             field=f"messages[{i}].tool_calls[{j}].function.name", expected="a string")
+                fn = call["function"]
                 try:
                     args = call_arguments(call)
                 except json.JSONDecodeError as e:
@@ -316,10 +318,7 @@ def encode_messages(messages: Iterable[dict[str, Any]], episode_id: str, *,
                 pending[cid] = card
                 cards.append(card)
         elif role == "tool":
-            cid = m.get("tool_call_id")
-            if not cid:
-                raise EpisodeFormatError("tool message without tool_call_id", field=f"messages[{i}].tool_call_id",
-                                         expected="the id of an earlier assistant tool call")
+            cid = m["tool_call_id"]
             card = pending.pop(cid, None)
             if card is None:
                 raise EpisodeFormatError(f"tool result for unknown call {cid!r}", field=f"messages[{i}].tool_call_id",
@@ -330,9 +329,6 @@ def encode_messages(messages: Iterable[dict[str, Any]], episode_id: str, *,
             card.kind = "tool_error" if status == "error" else "tool_result"
             card.raw_text = tool_card_text(card.tool_name, card.arguments or {}, result)
             card.n_tokens = count(card.raw_text)
-        else:
-            raise EpisodeFormatError(f"unknown role {role!r}", field=f"messages[{i}].role",
-                                     expected="system|developer|user|assistant|tool")
         if isinstance(m.get("name"), str) and m["name"]:
             for c in cards[n_before:]:
                 c.meta["name"] = m["name"]

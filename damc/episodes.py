@@ -87,8 +87,93 @@ class Episode:
                    metadata=d.get("metadata") or {})
 
 
+def malformed_arguments(args: Any) -> str | None:
+    """Why tool-call arguments are not a JSON object (or a string encoding one); None when they are."""
+    parsed = args
+    if isinstance(args, str):
+        try:
+            parsed = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError as e:
+            return f"not valid JSON ({e.msg})"
+        except RecursionError:
+            return "not valid JSON (nested too deeply)"
+    if parsed is not None and not isinstance(parsed, dict):
+        return f"a JSON {type(parsed).__name__}, not an object"
+    return None
+
+
+def check_message(m: Any, i: int, *, strict: bool = False, path: str | os.PathLike | None = None,
+                  line: int | None = None) -> None:
+    """The one shape check of an OpenAI chat message, shared by the episode contract and the live runtime.
+
+    Both read a message the same way: a JSON object with a known `role`; `content` a string, a list of text parts
+    or null; `tool_calls` a list of `{"function": {"name": str, "arguments": str | object}}` with an optional
+    string `id`; a `tool` message's `tool_call_id` a non-empty string. `strict=True` is the episode contract of a
+    logged dataset (`validate_episode_dict`), which must replay exactly: an assistant message says something, every
+    call carries an id and arguments that are a JSON object. The runtime (`damc.runtime.ingest`) checks without
+    `strict`: a live agent's malformed arguments are kept as text on the card rather than refused (a conversation
+    is never blocked by one bad call), and a call without an id gets one. Whether a `tool` message answers an
+    earlier call is a check of the sequence, made by the callers.
+
+    Raises:
+        EpisodeFormatError: names `messages[i]` and the field at fault (with `path` and `line` when given).
+    """
+    def err(msg: str, fld: str, expected: str) -> EpisodeFormatError:
+        return EpisodeFormatError(msg, path=path, line=line, field=fld, expected=expected)
+
+    f = f"messages[{i}]"
+    if not isinstance(m, dict):
+        raise err(f"message {i} is a {type(m).__name__}", f, "an OpenAI chat message (a JSON object with 'role')")
+    role = m.get("role")
+    if role is None:
+        raise err(f"message {i} has no role", f"{f}.role", "|".join(ROLES))
+    if role not in ROLES:
+        raise err(f"message {i} has an unknown role {role!r}", f"{f}.role", "one of " + "|".join(ROLES))
+    c = m.get("content")
+    if c is not None and not isinstance(c, (str, list)):
+        raise err(f"message {i} content is a {type(c).__name__}", f"{f}.content",
+                  "a string, a list of content parts or null")
+    for j, part in enumerate(c if isinstance(c, list) else []):
+        if not isinstance(part, (str, dict)) or (isinstance(part, dict) and not isinstance(part.get("text", ""), str)):
+            raise err(f"message {i} content part {j} is not text", f"{f}.content[{j}]",
+                      'a string or {"type": "text", "text": "..."}')
+    calls = m.get("tool_calls")
+    if calls is not None and not isinstance(calls, list):
+        raise err(f"message {i} tool_calls is a {type(calls).__name__}", f"{f}.tool_calls", "a list of tool calls")
+    if strict and role == "assistant" and not calls and c in (None, ""):
+        raise err(f"message {i}: an assistant message with neither content nor tool calls", f"{f}.content",
+                  "text or tool_calls")
+    for j, call in enumerate(calls or []):
+        cf = f"{f}.tool_calls[{j}]"
+        if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
+            raise err("tool call without a function object", cf,
+                      '{"id": ..., "type": "function", "function": {"name", "arguments"}}')
+        fn = call["function"]
+        if not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise err("tool call without a function name", f"{cf}.function.name", "a non-empty string")
+        args = fn.get("arguments", "{}")
+        if args is not None and not isinstance(args, (str, dict)):
+            raise err(f"arguments are a {type(args).__name__}", f"{cf}.function.arguments",
+                      "a JSON object encoded as a string")
+        why = malformed_arguments(args) if strict else None
+        if why is not None:
+            raise err(f"arguments are {why}", f"{cf}.function.arguments", "a JSON object encoded as a string")
+        cid = call.get("id")
+        if (cid is not None or strict) and (not isinstance(cid, str) or not cid):
+            raise err("tool call without an id" if cid is None else "tool call id is not a non-empty string",
+                      f"{cf}.id", "a string id matched by a tool message")
+    tcid = m.get("tool_call_id")
+    if role == "tool" and (not isinstance(tcid, str) or not tcid):
+        raise err("tool message without tool_call_id" if tcid is None else f"tool_call_id is a {type(tcid).__name__}",
+                  f"{f}.tool_call_id", "the id (a string) of an earlier assistant tool call")
+
+
 def validate_episode_dict(d: Any, *, path: str | None = None, line: int | None = None) -> None:
-    """Check an episode object against the contract; raise EpisodeFormatError at the first problem."""
+    """Check an episode object against the contract; raise EpisodeFormatError at the first problem.
+
+    Every message goes through the one message check (`check_message(strict=True)`); this adds what only a
+    whole episode can say: ids and tools present, every tool result answers an earlier call, distractors keyed
+    by assistant messages."""
 
     def err(msg: str, fld: str | None = None, expected: str | None = None) -> EpisodeFormatError:
         return EpisodeFormatError(msg, path=path, line=line, field=fld, expected=expected)
@@ -107,53 +192,17 @@ def validate_episode_dict(d: Any, *, path: str | None = None, line: int | None =
         fn = t.get("function", t) if isinstance(t, dict) else None
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
             raise err("tool without a name", f"tools[{j}].function.name", "a string")
-    open_calls: dict[str, int] = {}
+    open_calls: set[str] = set()
     for i, m in enumerate(msgs):
-        f = f"messages[{i}]"
-        if not isinstance(m, dict):
-            raise err(f"message is a {type(m).__name__}", f, "a JSON object")
-        role = m.get("role")
-        if role not in ROLES:
-            raise err(f"unknown role {role!r}", f"{f}.role", "one of " + "|".join(ROLES))
-        content = m.get("content")
-        if content is not None and not isinstance(content, (str, list)):
-            raise err("content has the wrong type", f"{f}.content", "a string, a list of parts or null")
-        if role == "assistant":
-            calls = m.get("tool_calls") or []
-            if not isinstance(calls, list):
-                raise err("tool_calls is not a list", f"{f}.tool_calls", "a list")
-            if not calls and content in (None, ""):
-                raise err("assistant message with neither content nor tool calls", f"{f}.content",
-                          "text or tool_calls")
-            for j, c in enumerate(calls):
-                cf = f"{f}.tool_calls[{j}]"
-                fn = c.get("function") if isinstance(c, dict) else None
-                if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
-                    raise err("tool call without a function name", f"{cf}.function.name", "a string")
-                args = fn.get("arguments", "{}")
-                if isinstance(args, str):
-                    try:
-                        parsed = json.loads(args) if args.strip() else {}
-                    except (json.JSONDecodeError, RecursionError) as e:  # RecursionError: nested too deeply
-                        raise err(f"arguments are not valid JSON ({getattr(e, 'msg', 'nested too deeply')})",
-                                  f"{cf}.function.arguments", "a JSON object encoded as a string") from None
-                else:
-                    parsed = args
-                if not isinstance(parsed, dict):
-                    raise err("arguments are not an object", f"{cf}.function.arguments", "a JSON object")
-                cid = c.get("id")
-                if not isinstance(cid, str) or not cid:
-                    raise err("tool call without an id", f"{cf}.id", "a string id matched by a tool message")
-                open_calls[cid] = i
-        elif role == "tool":
-            cid = m.get("tool_call_id")
-            if not isinstance(cid, str) or not cid:
-                raise err("tool message without tool_call_id", f"{f}.tool_call_id",
-                          "the id of an earlier assistant tool call")
+        check_message(m, i, strict=True, path=path, line=line)
+        if m["role"] == "assistant":
+            open_calls.update(c["id"] for c in m.get("tool_calls") or [])
+        elif m["role"] == "tool":
+            cid = m["tool_call_id"]
             if cid not in open_calls:
-                raise err(f"tool result for unknown call {cid!r}", f"{f}.tool_call_id",
+                raise err(f"tool result for unknown call {cid!r}", f"messages[{i}].tool_call_id",
                           "the id of an earlier assistant tool call")
-            open_calls.pop(cid)
+            open_calls.discard(cid)
     dist = d.get("distractors")
     if dist is not None:
         if not isinstance(dist, dict):

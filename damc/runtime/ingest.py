@@ -24,72 +24,12 @@ from typing import Any, Callable, Iterable, Sequence
 
 from damc.cards import Card, encode_messages
 from damc.cards import card_id as make_card_id
-from damc.episodes import EpisodeFormatError, message_text
+from damc.episodes import EpisodeFormatError, check_message, malformed_arguments, message_text
 
 logger = logging.getLogger(__name__)
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
 MAX_CARD_CHARS = 65_536  # per card text field; a 10 MB tool result becomes a 64 KiB card (the rest is counted)
-
-
-def check_message(m: Any, i: int) -> None:
-    """Shape checks `encode_messages` does not do itself.
-
-    Raises:
-        EpisodeFormatError: names `messages[i]` and the field at fault.
-    """
-    if not isinstance(m, dict):
-        raise EpisodeFormatError(f"message {i} is a {type(m).__name__}", field=f"messages[{i}]",
-                                 expected="an OpenAI chat message (a dict with 'role')")
-    if "role" not in m:
-        raise EpisodeFormatError(f"message {i} has no role", field=f"messages[{i}].role",
-                                 expected="system|user|assistant|tool")
-    c = m.get("content")
-    if c is not None and not isinstance(c, (str, list)):
-        raise EpisodeFormatError(f"message {i} content is a {type(c).__name__}", field=f"messages[{i}].content",
-                                 expected="a string, a list of content parts or null")
-    for j, part in enumerate(c if isinstance(c, list) else []):
-        if not isinstance(part, (str, dict)) or (isinstance(part, dict) and not isinstance(part.get("text", ""), str)):
-            raise EpisodeFormatError(f"message {i} content part {j} is not text", field=f"messages[{i}].content[{j}]",
-                                     expected='a string or {"type": "text", "text": "..."}')
-    calls = m.get("tool_calls")
-    if calls is not None and not isinstance(calls, list):
-        raise EpisodeFormatError(f"message {i} tool_calls is a {type(calls).__name__}",
-                                 field=f"messages[{i}].tool_calls", expected="a list of tool calls")
-    for j, call in enumerate(calls or []):
-        if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
-            raise EpisodeFormatError("tool call without a function object", field=f"messages[{i}].tool_calls[{j}]",
-                                     expected='{"id": ..., "type": "function", "function": {"name", "arguments"}}')
-        args = call["function"].get("arguments", "{}")
-        if args is not None and not isinstance(args, (str, dict)):
-            raise EpisodeFormatError(f"arguments are a {type(args).__name__}",
-                                     field=f"messages[{i}].tool_calls[{j}].function.arguments",
-                                     expected="a JSON object encoded as a string")
-        if not isinstance(call["function"].get("name"), str):
-            raise EpisodeFormatError("tool call without a function name",
-                                     field=f"messages[{i}].tool_calls[{j}].function.name", expected="a string")
-        if call.get("id") is not None and not isinstance(call.get("id"), str):
-            raise EpisodeFormatError("tool call id is not a string", field=f"messages[{i}].tool_calls[{j}].id",
-                                     expected="a string id matched by a tool message")
-    tcid = m.get("tool_call_id")
-    if tcid is not None and not isinstance(tcid, str):
-        raise EpisodeFormatError(f"tool_call_id is a {type(tcid).__name__}", field=f"messages[{i}].tool_call_id",
-                                 expected="the id (a string) of an earlier assistant tool call")
-
-
-def malformed_arguments(args: Any) -> str | None:
-    """Why tool-call arguments are not a JSON object (or a string encoding one); None when they are."""
-    parsed = args
-    if isinstance(args, str):
-        try:
-            parsed = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError as e:
-            return f"not valid JSON ({e.msg})"
-        except RecursionError:
-            return "nested too deeply"
-    if parsed is not None and not isinstance(parsed, dict):
-        return f"a JSON {type(parsed).__name__}, not an object"
-    return None
 
 
 def set_aside_malformed(m: dict[str, Any], i: int) -> tuple[dict[str, Any], dict[int, str]]:
@@ -203,10 +143,7 @@ def merge_result(card: Card, tool_msg: dict[str, Any], index: int, count: Any) -
 
 def _tool_result(m: dict[str, Any], i: int, pending: dict[str, str], touched: dict[str, Card],
                  get_card: Callable[[str], Card | None], count: Any) -> Card:
-    cid = m.get("tool_call_id")
-    if not cid:
-        raise EpisodeFormatError("tool message without tool_call_id", field=f"messages[{i}].tool_call_id",
-                                 expected="the id of an earlier assistant tool call")
+    cid = m["tool_call_id"]   # present and a string: check_message saw to that
     if cid not in pending:
         raise EpisodeFormatError(f"tool result for unknown call {cid[:80]!r}", field=f"messages[{i}].tool_call_id",
                                  expected="the id of an earlier assistant tool call still awaiting its result ("

@@ -122,3 +122,74 @@ def test_duplicate_ids_and_missing_file(tmp_path):
         load_episodes(write_lines(tmp_path, [line, line]))
     with pytest.raises(FileNotFoundError, match="nope.jsonl"):
         load_episodes(tmp_path / "nope.jsonl")
+
+
+# --- one message check for the dataset contract, the card encoder and the live runtime --------------------------
+
+_SHAPE_FAULTS = [   # (message, field at fault) — wrong for every reader of a message
+    ("just a string", "messages[1]"),
+    ({"content": "no role"}, "messages[1].role"),
+    ({"role": "bot", "content": "hi"}, "messages[1].role"),
+    ({"role": "user", "content": 42}, "messages[1].content"),
+    ({"role": "user", "content": [{"type": "text", "text": 5}]}, "messages[1].content[0]"),
+    ({"role": "assistant", "content": None, "tool_calls": {"id": "c"}}, "messages[1].tool_calls"),
+    ({"role": "assistant", "content": None, "tool_calls": ["get_order"]}, "messages[1].tool_calls[0]"),
+    ({"role": "assistant", "content": None, "tool_calls": [{"id": "c", "function": {"arguments": "{}"}}]},
+     "messages[1].tool_calls[0].function.name"),
+    ({"role": "assistant", "content": None, "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": 3}}]},
+     "messages[1].tool_calls[0].function.arguments"),
+    ({"role": "assistant", "content": None, "tool_calls": [{"id": 7, "function": {"name": "f"}}]},
+     "messages[1].tool_calls[0].id"),
+    ({"role": "tool", "content": "x"}, "messages[1].tool_call_id"),
+    ({"role": "tool", "tool_call_id": 9, "content": "x"}, "messages[1].tool_call_id"),
+]
+
+
+def _readers(msg):
+    """The three readers of a chat message, each fed [a user message, msg]."""
+    from damc.cards import encode_messages
+    from damc.episodes import validate_episode_dict
+    from damc.runtime.ingest import ingest_batch
+
+    msgs = [{"role": "user", "content": "fine"}, msg]
+    return {
+        "episode contract": lambda: validate_episode_dict({"episode_id": "e", "messages": msgs}),
+        "card encoder": lambda: encode_messages(msgs, "e"),
+        "runtime ingest": lambda: ingest_batch(msgs, "s", {"n_messages": 0, "pending": {}}, lambda _: None,
+                                               is_pinned=lambda _: False),
+    }
+
+
+@pytest.mark.parametrize("msg,field", _SHAPE_FAULTS, ids=[f for _, f in _SHAPE_FAULTS])
+def test_one_message_check_names_the_same_field_for_every_reader(msg, field):
+    for reader, run in _readers(msg).items():
+        with pytest.raises(EpisodeFormatError) as ei:
+            run()
+        assert ei.value.field == field, (reader, str(ei.value))
+        assert ei.value.expected, reader
+
+
+def test_the_contract_is_stricter_than_the_runtime_only_where_documented():
+    """A logged dataset must replay exactly (call ids, JSON-object arguments, an assistant message says
+    something); a live agent's slip is kept, not refused (docs/runtime.md "Bad input")."""
+    slips = [
+        ({"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]},
+         "messages[1].tool_calls[0].id"),
+        ({"role": "assistant", "content": None,
+          "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": '{"a": '}}]},
+         "messages[1].tool_calls[0].function.arguments"),
+        ({"role": "assistant", "content": None,
+          "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "[1, 2]"}}]},
+         "messages[1].tool_calls[0].function.arguments"),
+    ]
+    for msg, field in slips:
+        readers = _readers(msg)
+        with pytest.raises(EpisodeFormatError) as ei:
+            readers["episode contract"]()
+        assert ei.value.field == field
+        cards, _, state, ids = readers["runtime ingest"]()
+        assert ids == ["s:0", "s:1:0"] and cards[1].tool_name == "f"
+    empty = {"role": "assistant", "content": ""}
+    with pytest.raises(EpisodeFormatError, match="neither content nor tool calls"):
+        _readers(empty)["episode contract"]()
+    assert _readers(empty)["runtime ingest"]()[3] == ["s:0"]
