@@ -159,9 +159,10 @@ def check_message(m: Any, i: int, *, strict: bool = False, path: str | os.PathLi
         if why is not None:
             raise err(f"arguments are {why}", f"{cf}.function.arguments", "a JSON object encoded as a string")
         cid = call.get("id")
-        if (cid is not None or strict) and (not isinstance(cid, str) or not cid):
-            raise err("tool call without an id" if cid is None else "tool call id is not a non-empty string",
-                      f"{cf}.id", "a string id matched by a tool message")
+        if cid is not None and not isinstance(cid, str):
+            raise err("tool call id is not a string", f"{cf}.id", "a string id matched by a tool message")
+        if strict and not cid:   # the runtime gives an id-less (or empty-id) call one of its own
+            raise err("tool call without an id", f"{cf}.id", "a string id matched by a tool message")
     tcid = m.get("tool_call_id")
     if role == "tool" and (not isinstance(tcid, str) or not tcid):
         raise err("tool message without tool_call_id" if tcid is None else f"tool_call_id is a {type(tcid).__name__}",

@@ -176,6 +176,9 @@ def test_the_contract_is_stricter_than_the_runtime_only_where_documented():
         ({"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]},
          "messages[1].tool_calls[0].id"),
         ({"role": "assistant", "content": None,
+          "tool_calls": [{"id": "", "function": {"name": "f", "arguments": "{}"}}]},
+         "messages[1].tool_calls[0].id"),
+        ({"role": "assistant", "content": None,
           "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": '{"a": '}}]},
          "messages[1].tool_calls[0].function.arguments"),
         ({"role": "assistant", "content": None,
@@ -187,7 +190,7 @@ def test_the_contract_is_stricter_than_the_runtime_only_where_documented():
         with pytest.raises(EpisodeFormatError) as ei:
             readers["episode contract"]()
         assert ei.value.field == field
-        cards, _, state, ids = readers["runtime ingest"]()
+        cards, _, _, ids = readers["runtime ingest"]()
         assert ids == ["s:0", "s:1:0"] and cards[1].tool_name == "f"
     empty = {"role": "assistant", "content": ""}
     with pytest.raises(EpisodeFormatError, match="neither content nor tool calls"):
