@@ -301,14 +301,38 @@ def memory_config(cfg: Any) -> Any:
     return MemoryConfig(**mem_cfg)
 
 
-def new_memory(cfg: Any, llm: DecisionLLM) -> Any:
+def run_encoder(cfg: Any) -> Any:
+    """The retrieval encoder of the run's memories, loaded once behind a `CachedEncoder` (the one a memory of
+    `cfg.memory` would load itself: same name, same vectors) that answers only the card documents
+    `prefetch_cards` put in it: a decision query is embedded on every retrieval, as in a live agent."""
+    from damc.runtime.encoder import cached_encoder
+
+    mem = cfg.get("memory") or {}
+    return cached_encoder(mem.get("encoder", DEFAULT_ENCODER), mem.get("encoder_backend", "auto"),
+                          remember_misses=False)
+
+
+def new_memory(cfg: Any, llm: DecisionLLM, encoder: Any = None) -> Any:
     """A fresh in-memory `DecisionAwareMemory` counting tokens with the decision LLM's tokenizer (every card policy
-    brings its own valuer, so the memory's own is the heuristic prior: no scorer is loaded for it)."""
+    brings its own valuer, so the memory's own is the heuristic prior: no scorer is loaded for it); `encoder`: the
+    run's (`run_encoder`), else the memory loads the one `cfg.memory` names."""
     from damc.runtime.memory import DecisionAwareMemory
 
-    encoder = (cfg.get("memory") or {}).get("encoder", DEFAULT_ENCODER)
+    encoder = encoder if encoder is not None else (cfg.get("memory") or {}).get("encoder", DEFAULT_ENCODER)
     return DecisionAwareMemory(None, valuer="heuristic", encoder=encoder, tokenizer=llm.tokenizer,
                                config=memory_config(cfg))
+
+
+def prefetch_cards(encoder: Any, episode: Any) -> int:
+    """Embed an episode's card documents in one batched call before its memory ingests them (ingestion is not
+    timed; decision queries are not prefetched, so each policy's retrieval still pays its query as in a live
+    agent). Returns how many texts were embedded."""
+    from damc.cards import encode_messages
+    from damc.query import card_document
+
+    if not hasattr(encoder, "prefetch"):
+        return 0
+    return encoder.prefetch([card_document(c) for c in encode_messages(episode.messages, episode.episode_id)])
 
 
 def score_prompt(out: PolicyOutput, d: Decision, llm: DecisionLLM, cache: dict[str, dict[str, Any]],
@@ -366,9 +390,11 @@ def evaluate_unit(unit: Unit, d: Decision, view: DecisionView, env: PolicyEnv, l
 
 
 def run_episode(decisions: list[Decision], units: list[Unit], valuers: dict[str, Any], env: PolicyEnv,
-                llm: DecisionLLM, log: RecordLog, cfg: Any, bar: Any) -> None:
+                llm: DecisionLLM, log: RecordLog, cfg: Any, bar: Any, encoder: Any = None) -> None:
     """One fresh memory for an episode, fed in order; every unit at each of its decisions."""
-    memory = new_memory(cfg, llm)
+    if encoder is not None:
+        prefetch_cards(encoder, decisions[0].dp.episode)
+    memory = new_memory(cfg, llm, encoder)
     try:
         for d in decisions:
             todo = [u for u in units if not log.done(u.name, u.key, d.decision_id, u.fingerprint, cfg.retry_failed)]
@@ -399,10 +425,10 @@ def _cached(valuer: Any) -> Any:
 
 
 def warm_up(units: list[Unit], d: Decision, valuers: dict[str, Any], env: PolicyEnv, llm: DecisionLLM,
-            cfg: Any) -> None:
+            cfg: Any, encoder: Any = None) -> None:
     """Build one prompt per deployable policy untimed (in a throwaway memory), so model loading does not count
     as policy overhead."""
-    memory = new_memory(cfg, llm)
+    memory = new_memory(cfg, llm, encoder)
     view = DecisionView.of(d.dp)
     memory.observe(view.messages, view.session_id)
     seen = set()
@@ -465,15 +491,16 @@ def main(cfg: Any) -> dict[str, Any]:
                 len(decisions) * len(units) - todo)
     valuers = {n: _cached(p.make_valuer(env)) for n, p in policies.items()
                if isinstance(p, CardPolicy) and not p.needs_gold}
+    encoder = run_encoder(cfg) if todo else None   # loaded once for the run, not once per episode's memory
     if todo:
-        warm_up(units, decisions[0], valuers, env, llm, cfg)
+        warm_up(units, decisions[0], valuers, env, llm, cfg, encoder)
     by_episode: dict[str, list[Decision]] = {}
     for d in decisions:
         by_episode.setdefault(d.dp.episode.episode_id, []).append(d)
     with tqdm(total=todo, desc="evaluate", unit="prompt", disable=not cfg.progress) as bar:
         for eps in by_episode.values():
             if any(not log.done(u.name, u.key, d.decision_id, u.fingerprint, cfg.retry_failed) for d in eps for u in units):
-                run_episode(sorted(eps, key=lambda d: d.dp.index), units, valuers, env, llm, log, cfg, bar)
+                run_episode(sorted(eps, key=lambda d: d.dp.index), units, valuers, env, llm, log, cfg, bar, encoder)
     config = OmegaConf.to_container(cfg, resolve=True)
     config.update(decision_llm=llm.name, hardware=hardware())
     current = {RecordLog.key(u.name, u.key, d.decision_id) for d in decisions for u in units}

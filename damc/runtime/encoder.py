@@ -165,6 +165,83 @@ class OnnxEncoder:
         return f"OnnxEncoder({self.name!r}, dim={self._dim}, max_length={self.tokenizer.max_length})"
 
 
+class CachedEncoder:
+    """An encoder behind an exact-text memo: `prefetch(texts)` embeds the texts it has not seen in one sorted,
+    batched call, and `encode` then answers them from the memo (misses are encoded as the inner encoder would).
+
+    What it is for: a batch job that feeds many fresh memories (labelling, one runtime memory per episode) knows
+    every card and decision query in advance; the memory alone would embed them a few at a time as they arrive
+    (padding and per-call overhead: ~1.7× the compute on this CPU), and a text repeated across episodes (the same
+    tool result, the same confirmation) would be embedded again each time. Vectors come from the same encoder, so
+    `name` is the inner one's (the index stamp and the embedding cache are unchanged); a text's vector may differ
+    from an unbatched one by float rounding only (~1e-6). Only unit-norm requests are memoised
+    (`normalize_embeddings=True`, what `CardIndex` asks); the memo keeps at most `max_items` vectors, oldest out.
+
+    Args:
+        inner: any encoder with `encode(texts, ...)` (`OnnxEncoder`, a sentence-transformers model).
+        max_items: memo size (384 floats each: 20,000 ≈ 31 MB).
+        remember_misses: memoise what `encode` had to embed too (default); False: only prefetched texts are
+            answered from the memo — the A/B harness times each policy's retrieval, and a decision query must cost
+            what it costs a live agent, not be free the second time it is seen.
+    """
+
+    def __init__(self, inner: Any, max_items: int = 20_000, remember_misses: bool = True) -> None:
+        if max_items < 1:
+            raise ValueError(f"CachedEncoder(max_items={max_items}): must be ≥ 1")
+        self.inner = inner
+        self.name = getattr(inner, "name", type(inner).__name__)
+        self.max_items = max_items
+        self.remember_misses = remember_misses
+        self._memo: dict[str, np.ndarray] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def get_sentence_embedding_dimension(self) -> int:
+        return int(self.inner.get_sentence_embedding_dimension())
+
+    def _store(self, texts: Sequence[str], vecs: np.ndarray) -> None:
+        for t, v in zip(texts, vecs):
+            self._memo.pop(t, None)
+            self._memo[t] = v
+        while len(self._memo) > self.max_items:
+            self._memo.pop(next(iter(self._memo)))
+
+    def prefetch(self, texts: Sequence[str], batch_size: int = 64) -> int:
+        """Embed the texts not memoised yet (unique, one batched call); returns how many were embedded."""
+        todo = list(dict.fromkeys(t for t in texts if t not in self._memo))[: self.max_items]
+        if todo:
+            vecs = np.asarray(self.inner.encode(todo, batch_size=batch_size, convert_to_numpy=True,
+                                                normalize_embeddings=True, show_progress_bar=False), dtype=np.float32)
+            self._store(todo, vecs.reshape(len(todo), -1))
+        return len(todo)
+
+    def encode(self, texts: str | Sequence[str], batch_size: int = 64, convert_to_numpy: bool = True,
+               normalize_embeddings: bool = True, show_progress_bar: bool = False, **kw: Any) -> np.ndarray:
+        """As the inner encoder's `encode`: unit-norm requests from the memo where it holds the text."""
+        if not normalize_embeddings:
+            return self.inner.encode(texts, batch_size=batch_size, convert_to_numpy=convert_to_numpy,
+                                     normalize_embeddings=False, show_progress_bar=show_progress_bar, **kw)
+        single = isinstance(texts, str)
+        texts = [texts] if single else list(texts)
+        found = {t: self._memo[t] for t in texts if t in self._memo}
+        missing = list(dict.fromkeys(t for t in texts if t not in found))
+        self.hits += sum(t in found for t in texts)
+        self.misses += len(missing)
+        if missing:
+            vecs = np.asarray(self.inner.encode(missing, batch_size=batch_size, convert_to_numpy=True,
+                                                normalize_embeddings=True, show_progress_bar=False), dtype=np.float32)
+            vecs = vecs.reshape(len(missing), -1)
+            found.update(zip(missing, vecs))
+            if self.remember_misses:
+                self._store(missing, vecs)
+        out = np.stack([found[t] for t in texts]) if texts else \
+            np.zeros((0, self.get_sentence_embedding_dimension()), dtype=np.float32)
+        return out[0] if single else out
+
+    def __repr__(self) -> str:
+        return f"CachedEncoder({self.inner!r}, {len(self._memo)} memoised, hits={self.hits}, misses={self.misses})"
+
+
 @dataclass(frozen=True)
 class EncoderChoice:
     """Which encoder a memory uses.
@@ -265,3 +342,11 @@ def load_encoder(choice: EncoderChoice, num_threads: int | None = None) -> Any:
     if choice.path is not None:
         return OnnxEncoder.from_dir(choice.path, num_threads)
     return OnnxEncoder.packaged(num_threads)
+
+
+def cached_encoder(spec: str, backend: str = "auto", max_items: int = 20_000,
+                   remember_misses: bool = True) -> CachedEncoder:
+    """The encoder a memory of `MemoryConfig(encoder_backend=backend)` would load for `spec`, loaded once behind a
+    `CachedEncoder`: for a batch job that opens many memories (one per episode) and can `prefetch` their texts."""
+    return CachedEncoder(load_encoder(choose_encoder(spec, backend, None)), max_items, remember_misses)
+

@@ -370,6 +370,41 @@ class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
     def _observe(self, msgs: list[Any], session_id: str | None, scope: Scope) -> tuple[str, int, int]:
         return observe_session(self, msgs, session_id, scope)
 
+    def retrieve(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None, *,
+                 session_id: str | None = None, user_id: str | None = None, agent_id: str | None = None
+                 ) -> tuple[str, list[Card], dict[str, list[str]]]:
+        """The first two stages of `build_context` alone — ingest, then retrieve — with nothing valued, packed or
+        recorded: `(decision query, candidate cards with their ages, why each is a candidate)`, exactly the
+        candidates `build_context` would value for these messages, oldest first (as a context lists them). The
+        labels read the runtime's candidate sets this way (`damc.teacher.candidates.RuntimeCandidates`).
+
+        Raises:
+            EpisodeFormatError / ConversationMismatchError: as `build_context`.
+        """
+        msgs, tools = check_call(messages, tools)
+        msgs = clean_messages(msgs, self._memo)
+        tools = clean_messages(tools, self._memo) if tools is not None else None
+        _, query, stored, cards, why = self._retrieve(msgs, tools, session_id or self.config.session_id,
+                                                      self._scope(user_id, agent_id), {})
+        order = sorted(range(len(cards)), key=lambda i: (stored[i].t, cards[i].position, cards[i].card_id))
+        return query, [cards[i] for i in order], why
+
+    def _retrieve(self, msgs: list[Any], tools: Sequence[dict[str, Any]] | None, sid: str, scope: Scope,
+                  timings: dict[str, float]) -> tuple[str, str, list[StoredCard], list[Card], dict[str, list[str]]]:
+        """Ingest (`timings["ingest"]`) then retrieve (`timings["retrieve"]`): (session used, query, stored
+        candidates, their cards with ages, why)."""
+        t = time.perf_counter()
+        sid, _, u = self._observe(msgs, sid, scope)   # the session used, and where its current turn starts
+        timings["ingest"] = (time.perf_counter() - t) * 1000
+
+        t = time.perf_counter()
+        query = render_decision_query(msgs, list(tools) if tools else None)
+        stored, why = self.candidates(query, session_id=sid, from_position=u, user_id=scope.user_id,
+                                      agent_id=scope.agent_id)
+        cards = [with_age(sc, sid, u) for sc in stored]
+        timings["retrieve"] = (time.perf_counter() - t) * 1000
+        return sid, query, stored, cards, why
+
     def build_context(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None,
                       system: str | None = None, budget_tokens: int | None = None, *, session_id: str | None = None,
                       user_id: str | None = None, agent_id: str | None = None, now: float | None = None,
@@ -405,16 +440,7 @@ class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
         instructions = [{"role": "system", "content": system}] if system is not None else leading_instructions(msgs)
         timings: dict[str, float] = {}
 
-        t = time.perf_counter()
-        sid, _, u = self._observe(msgs, sid, scope)   # the session used, and where its current turn starts
-        timings["ingest"] = (time.perf_counter() - t) * 1000
-
-        t = time.perf_counter()
-        query = render_decision_query(msgs, list(tools) if tools else None)
-        stored, why = self.candidates(query, session_id=sid, from_position=u, user_id=scope.user_id,
-                                      agent_id=scope.agent_id)
-        cards = [with_age(sc, sid, u) for sc in stored]
-        timings["retrieve"] = (time.perf_counter() - t) * 1000
+        sid, query, stored, cards, why = self._retrieve(msgs, tools, sid, scope, timings)
 
         t = time.perf_counter()
         valuer = as_valuer(valuer)

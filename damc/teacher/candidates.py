@@ -3,8 +3,14 @@
 `RuntimeCandidates(episode)` feeds the episode, message by message in order, to a fresh in-memory
 `DecisionAwareMemory` (the same class and settings the agent and the A/B harness use), and `at(dp)` asks it for
 its candidate set at decision `dp` — similarity top-N ∪ recent ∪ pinned, capped — with each card's age set as
-the runtime sets it. Nothing is selected away (every candidate is kept, under an unbounded budget), so the
-teacher values exactly the set any valuer would choose from, in the order the prompt shows it.
+the runtime sets it (`DecisionAwareMemory.retrieve`: the ingest and retrieval stages of `build_context`, nothing
+valued, packed or recorded). Nothing is selected away, so the teacher values exactly the set any valuer would
+choose from, in the order the prompt shows it.
+
+A labelling run knows every card and decision query of an episode before it starts: `shared_encoder` returns the
+encoder behind a `damc.runtime.encoder.CachedEncoder`, and `RuntimeCandidates.prefetch` embeds the episode's card
+documents and its decisions' queries in one batched call (texts repeated across episodes once), so the memory's
+own incremental embedding finds them done. Same encoder, same vectors up to float rounding, same candidates.
 
 Example:
     >>> rc = RuntimeCandidates(episode, tokenizer)
@@ -14,13 +20,11 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from damc.cards import Card
 from damc.episodes import DecisionPoint, Episode
 from damc.models import DEFAULT_ENCODER
-
-UNBOUNDED = 10**9
 
 
 class RuntimeCandidates:
@@ -57,9 +61,6 @@ class RuntimeCandidates:
         Raises:
             ValueError: `dp` belongs to another episode, or comes before a decision already asked for.
         """
-        from damc.runtime.select import TopK
-        from damc.runtime.valuers.heuristic import RecencyValuer
-
         if dp.episode.episode_id != self.episode.episode_id:
             raise ValueError(f"decision {dp.decision_id} is not of episode {self.episode.episode_id}")
         if dp.index < self.last_index:
@@ -67,13 +68,27 @@ class RuntimeCandidates:
         self.last_index = dp.index
         from damc.runtime.combiner import FEATURES, candidate_features
 
-        ctx = self.memory.build_context(dp.context, list(dp.episode.tools or []) or None, budget_tokens=UNBOUNDED,
-                                        valuer=RecencyValuer(), selector=TopK(None))
-        cards = [s.card for s in ctx.selected]
-        x = candidate_features(ctx.decision_query, cards, memory=self.memory)
+        query, cards, _ = self.memory.retrieve(dp.context, list(dp.episode.tools or []) or None)
+        x = candidate_features(query, cards, memory=self.memory)
         self.features = {c.card_id: {n: float(x[i, j]) for j, n in enumerate(FEATURES) if n in ("bm25", "cosine", "pinned")}
                          for i, c in enumerate(cards)}
         return cards
+
+    def prefetch(self, decisions: Sequence[DecisionPoint] = ()) -> int:
+        """Embed this episode's card documents and the decision queries of `decisions` in one batched call when
+        the memory's encoder is a `CachedEncoder` (`shared_encoder`); returns how many texts were embedded (0
+        otherwise). Texts the runtime then writes differently are simply embedded when it asks for them."""
+        from damc.cards import encode_messages
+        from damc.query import card_document, render_decision_query
+
+        enc = self.memory.index.encoder
+        if not hasattr(enc, "prefetch"):
+            return 0
+        ep = self.episode
+        texts = [card_document(c) for c in encode_messages(ep.messages, ep.episode_id)]
+        tools = list(ep.tools or []) or None
+        texts += [render_decision_query(dp.context, tools) for dp in decisions]
+        return enc.prefetch(texts, batch_size=self.memory.index.config.encode_batch)
 
     def close(self) -> None:
         self.memory.close()
@@ -81,8 +96,8 @@ class RuntimeCandidates:
 
 def shared_encoder(memory: dict[str, Any] | None = None) -> Any:
     """The encoder `memory["encoder"]` names, loaded once (as the runtime memory would load it, `encoder_backend`
-    included), to pass to every `RuntimeCandidates` of a run."""
-    from damc.runtime.encoder import choose_encoder, load_encoder
+    included) behind a `CachedEncoder`, to pass to every `RuntimeCandidates` of a run (`prefetch` fills it)."""
+    from damc.runtime.encoder import cached_encoder
 
     cfg = dict(memory or {})
-    return load_encoder(choose_encoder(cfg.get("encoder", DEFAULT_ENCODER), cfg.get("encoder_backend", "auto"), None))
+    return cached_encoder(cfg.get("encoder", DEFAULT_ENCODER), cfg.get("encoder_backend", "auto"))

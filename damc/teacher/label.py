@@ -262,6 +262,8 @@ def _label_all(cfg: Any, mine: list[tuple[int, DecisionPoint]], teacher: Any, es
                rank: int, world: int, show_progress: bool) -> dict[str, Any]:
     """Label this process's decisions episode by episode (one runtime memory each, fed in order), writing a shard
     and the progress manifest every `shard_size` decisions."""
+    from itertools import takewhile
+
     from omegaconf import OmegaConf
     from tqdm import tqdm
 
@@ -279,8 +281,11 @@ def _label_all(cfg: Any, mine: list[tuple[int, DecisionPoint]], teacher: Any, es
         if runtime is None or runtime.episode.episode_id != dp.episode.episode_id:
             if runtime is not None:
                 runtime.close()
-            # no teacher (grounded): the memory counts chars/4 — no effect on the candidates (unbounded budget)
+            # no teacher (grounded): the memory counts chars/4 — no effect on the candidates (nothing is packed)
             runtime = RuntimeCandidates(dp.episode, getattr(teacher, "tokenizer", None), memory_cfg, encoder)
+            if cfg.get("prefetch", True):   # the episode's cards and queries embedded in one batched call
+                ahead = takewhile(lambda od: od[1].episode.episode_id == dp.episode.episode_id, mine[n:])
+                runtime.prefetch([d for _, d in ahead if d.is_tool_call or not model_free])
         first = ordinal if first is None else first
         # a text reply has no grounded target: skipped before the runtime is asked (its messages are fed later)
         cards = [] if model_free and not dp.is_tool_call else runtime.at(dp)

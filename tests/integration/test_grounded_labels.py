@@ -79,6 +79,18 @@ def test_grounded_labels_resume_without_duplicates_and_ignore_teacher_settings(e
         main(cfg_for(episodes_file, out, "estimator.superseded=1.0"))
 
 
+def test_the_batched_prefetch_writes_exactly_the_rows_of_a_run_without_it(episodes_file, grounded_dir, tmp_path):
+    """`prefetch=true` (the default) only changes when texts are embedded: same rows, targets and features."""
+    out = tmp_path / "as-asked"
+    main(cfg_for(episodes_file, out, "prefetch=false"))
+    cols = ["decision_id", "card_id", "delta", "is_key", "card_age", "feat_bm25", "feat_cosine", "feat_pinned"]
+    a = load_labels(grounded_dir).to_pandas()[cols].sort_values(cols[:2]).reset_index(drop=True)
+    b = load_labels(out).to_pandas()[cols].sort_values(cols[:2]).reset_index(drop=True)
+    assert len(a) > 10 and a.equals(b)
+    # the prefetch is not a labelling setting: a run without it resumes the same labels
+    assert json.loads((out / "label_config.json").read_text()) == json.loads((grounded_dir / "label_config.json").read_text())
+
+
 def _teacher_like(grounded_dir, out):
     """A teacher label set of the same cards (seeded deltas, estimator loi) plus a text-reply decision."""
     from damc.labels import write_shard

@@ -1,0 +1,125 @@
+"""Batched embedding for labelling runs: `CachedEncoder` (exact-text memo in front of the real int8 encoder),
+`DecisionAwareMemory.retrieve` (the ingest + retrieval stages of `build_context`, nothing packed), and
+`RuntimeCandidates.prefetch` — the same candidates, ages and features as before, with the episode's texts
+embedded in one call."""
+
+import numpy as np
+import pytest
+from conftest import small_episode
+
+from damc.episodes import decision_points
+from damc.runtime.encoder import CachedEncoder
+from damc.teacher.candidates import RuntimeCandidates, shared_encoder
+
+
+class Counting:
+    """The real encoder, counting the texts it is asked to embed."""
+
+    def __init__(self, inner):
+        self.inner, self.name, self.texts, self.calls = inner, inner.name, 0, 0
+
+    def get_sentence_embedding_dimension(self):
+        return self.inner.get_sentence_embedding_dimension()
+
+    def encode(self, texts, **kw):
+        self.calls += 1
+        self.texts += 1 if isinstance(texts, str) else len(texts)
+        return self.inner.encode(texts, **kw)
+
+
+@pytest.fixture(scope="module")
+def onnx():
+    return shared_encoder({}).inner   # the runtime's own int8 ONNX MiniLM
+
+
+def test_cached_encoder_returns_the_inner_vectors_and_embeds_each_text_once(onnx):
+    texts = ["get_order(order_id=88412) -> delivered", "user: my desk stopped working", "ok", "ok"]
+    ref = onnx.encode(texts)
+    enc = CachedEncoder(Counting(onnx))
+    assert enc.prefetch(texts) == 3                        # unique texts only
+    assert enc.inner.texts == 3 and enc.inner.calls == 1
+    got = enc.encode(texts)
+    np.testing.assert_allclose(got, ref, atol=1e-5)        # batched vs one call: float rounding at most
+    assert enc.inner.calls == 1 and enc.hits == 4 and enc.misses == 0
+    assert enc.prefetch(texts) == 0                        # nothing new to embed
+    one = enc.encode("a text never seen")
+    assert one.shape == (ref.shape[1],) and enc.misses == 1 and enc.inner.calls == 2
+    np.testing.assert_allclose(np.linalg.norm(enc.encode(texts + ["x"]), axis=1), 1.0, atol=1e-5)
+    raw = enc.encode(texts[:1], normalize_embeddings=False)   # not memoised: straight to the inner encoder
+    assert enc.inner.calls == 4 and raw.shape == (1, ref.shape[1])
+
+
+def test_cached_encoder_memo_is_bounded_and_answers_past_evictions(onnx):
+    enc = CachedEncoder(Counting(onnx), max_items=2)
+    texts = [f"card number {i}" for i in range(5)]
+    out = enc.encode(texts)                                # more texts than the memo holds: still all answered
+    np.testing.assert_allclose(out, onnx.encode(texts), atol=1e-5)
+    assert len(enc._memo) == 2 and set(enc._memo) == set(texts[-2:])
+    with pytest.raises(ValueError, match="max_items"):
+        CachedEncoder(onnx, max_items=0)
+
+
+def test_retrieve_is_build_contexts_candidate_set(onnx):
+    """`retrieve` = the candidates `build_context` values, oldest first, same ages; nothing recorded."""
+    from damc.runtime.memory import DecisionAwareMemory
+    from damc.runtime.select import TopK
+    from damc.runtime.valuers.heuristic import RecencyValuer
+
+    ep = small_episode(40)
+    dps = [dp for dp in decision_points(ep) if dp.is_tool_call]
+    assert len(dps) >= 3
+    a = DecisionAwareMemory(None, valuer="heuristic", encoder=onnx, session_id=ep.episode_id)
+    b = DecisionAwareMemory(None, valuer="heuristic", encoder=onnx, session_id=ep.episode_id)
+    seen = 0
+    for dp in dps:
+        ctx = a.build_context(dp.context, ep.tools, budget_tokens=10**9, valuer=RecencyValuer(), selector=TopK(None))
+        query, cards, why = b.retrieve(dp.context, ep.tools)
+        assert query == ctx.decision_query
+        assert [c.card_id for c in cards] == [s.card_id for s in ctx.selected]
+        assert [c.meta.get("age") for c in cards] == [s.card.meta.get("age") for s in ctx.selected]
+        assert {c.card_id: why[c.card_id] for c in cards} == {s.card_id: s.retrieved_by for s in ctx.selected}
+        seen += len(cards)
+    assert seen > 0 and b.store.last_context(ep.episode_id) is None   # retrieval records no context
+    assert a.store.last_context(ep.episode_id) is not None
+    a.close(), b.close()
+
+
+def test_prefetched_runtime_candidates_embed_nothing_more_and_match_the_unprefetched(onnx):
+    ep = small_episode(60)
+    dps = [dp for dp in decision_points(ep) if dp.is_tool_call]
+    counting = Counting(onnx)
+    enc = CachedEncoder(counting)
+    rc = RuntimeCandidates(ep, memory={}, encoder=enc)
+    n = rc.prefetch(dps)
+    assert n > len(dps) and counting.calls == 1
+    plain = RuntimeCandidates(ep, memory={}, encoder=onnx)
+    for dp in dps:
+        got, ref = rc.at(dp), plain.at(dp)
+        assert [c.card_id for c in got] == [c.card_id for c in ref]
+        for cid, f in plain.features.items():
+            assert rc.features[cid]["bm25"] == pytest.approx(f["bm25"])
+            assert rc.features[cid]["cosine"] == pytest.approx(f["cosine"], abs=1e-5)
+    # everything the memory embedded came from the one prefetch call, except the index's dimension probe
+    assert counting.calls <= 2 and enc.misses <= 1
+    rc.close(), plain.close()
+    assert RuntimeCandidates(ep, memory={}, encoder=onnx).prefetch(dps) == 0   # a plain encoder: nothing to fill
+
+
+def test_the_harness_memo_answers_prefetched_cards_only_so_queries_cost_what_they_cost_live(onnx):
+    """`run_encoder`'s memo holds the episode's card documents (`prefetch_cards`); a decision query is embedded on
+    every retrieval (the harness times retrieval per policy)."""
+    from damc.eval.harness import prefetch_cards
+
+    ep = small_episode(40)
+    counting = Counting(onnx)
+    enc = CachedEncoder(counting, remember_misses=False)
+    assert prefetch_cards(enc, ep) > 5 and counting.calls == 1
+    rc = RuntimeCandidates(ep, memory={}, encoder=enc)
+    dp = [dp for dp in decision_points(ep) if dp.is_tool_call][-1]
+    rc.at(dp)
+    after_first = counting.texts
+    rc.memory.index._last_query = None          # a second retrieval of the same query in a fresh decision
+    rc.memory.retrieve(dp.context, ep.tools)
+    assert counting.texts == after_first + 1    # the query was embedded again, the cards were not
+    assert prefetch_cards(onnx, ep) == 0        # a plain encoder: nothing to fill
+    rc.close()
