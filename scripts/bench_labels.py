@@ -1,15 +1,22 @@
-"""Benchmark a label run with and without the batched embedding prefetch, side by side on the same episodes:
+"""Benchmark a label run's embedding work, side by side on the same episodes in one process:
 
     python scripts/bench_labels.py --episodes data/samples/synthetic_sample.jsonl
-    python scripts/bench_labels.py --episodes SPLIT.jsonl --max-decisions 400 --estimator grounded
+    python scripts/bench_labels.py --episodes SPLIT.jsonl --max-decisions 500 --estimator grounded
 
 Each variant is the product's own `scripts/label.py` run (`damc.teacher.label.main`, composed from its Hydra
-configs) into a temporary directory: `prefetch=false` (the runtime memory embeds each card and decision query as it
-asks for them, a few at a time) and `prefetch=true` (the default: each episode's card documents and decision queries
-embedded in one batched call, texts repeated across episodes once). It prints wall time, decisions per second and
-the ratio, and checks that both runs wrote the same rows (ids, targets and runtime features, exactly). The grounded
-estimator (the default here) loads no model, so the encoder and the runtime are all that is timed; `loi` times a
-teacher run too (`--estimator loi`, slow on CPU). Prints a table and one JSON object.
+configs) into a temporary directory:
+
+* `runtime`  — each episode's memory embeds cards and decision queries as it asks for them, with the encoder as the
+               runtime loads it (no memo): what a label run cost before the shared memo (`prefetch=false`, and
+               `damc.teacher.candidates.shared_encoder` answering the bare encoder);
+* `memo`     — the same, behind the run's `CachedEncoder`: a text already embedded (a card the memory re-writes
+               unchanged, a tool result repeated across episodes) is not embedded again (`prefetch=false`);
+* `prefetch` — the default: each episode's card documents and decision queries embedded in one batched call first.
+
+It prints wall time, decisions per second and each variant's speed-up over `runtime`, and checks that every variant
+wrote the same rows (ids, targets and runtime features, exactly). The grounded estimator (the default here) loads
+no model, so the encoder and the runtime are all that is timed; `--estimator loi` times a teacher run too (slow on
+CPU). Prints a table and one JSON object; exits non-zero if the rows differ.
 """
 
 from __future__ import annotations
@@ -26,21 +33,29 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def label_run(episodes: Path, out: Path, estimator: str, max_decisions: int | None, prefetch: bool) -> dict[str, Any]:
-    """One `label.py` run; returns its summary with the wall time measured here."""
+def label_run(episodes: Path, out: Path, estimator: str, max_decisions: int | None, variant: str) -> dict[str, Any]:
+    """One `label.py` run of a variant (module docstring); returns its summary with the wall time measured here."""
     from hydra import compose, initialize_config_module
 
+    import damc.teacher.candidates as candidates
     from damc.teacher.label import main
 
-    overrides = [f"data.path={episodes}", f"out_dir={out}", f"estimator={estimator}", f"prefetch={str(prefetch).lower()}",
-                 "log_level=WARNING"]
+    overrides = [f"data.path={episodes}", f"out_dir={out}", f"estimator={estimator}",
+                 f"prefetch={str(variant == 'prefetch').lower()}", "log_level=WARNING"]
     if max_decisions is not None:
         overrides.append(f"max_decisions={max_decisions}")
     with initialize_config_module("damc.configs", version_base="1.3"):
         cfg = compose("label", overrides=overrides)
-    t0 = time.perf_counter()
-    summary = main(cfg)
-    return {**summary, "wall_s": time.perf_counter() - t0}
+    shared = candidates.shared_encoder
+    if variant == "runtime":   # the bare encoder, as each memory would load it: no memo in front
+        candidates.shared_encoder = lambda memory=None: shared(memory).inner
+    try:
+        t0 = time.perf_counter()
+        summary = main(cfg)
+        wall = time.perf_counter() - t0
+    finally:
+        candidates.shared_encoder = shared
+    return {**summary, "wall_s": wall}
 
 
 def same_rows(a: Path, b: Path) -> tuple[bool, int]:
@@ -64,24 +79,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if not args.episodes.exists():
         ap.error(f"--episodes {args.episodes}: no such file (make one with scripts/make_data.py)")
     runs: dict[str, dict[str, Any]] = {}
+    variants = ("runtime", "memo", "prefetch")
     with tempfile.TemporaryDirectory(prefix="damc-bench-labels-") as tmp:
-        for name, prefetch in (("as asked", False), ("prefetch", True)):
-            runs[name] = label_run(args.episodes.resolve(), Path(tmp) / name.replace(" ", "_"), args.estimator,
-                                   args.max_decisions, prefetch)
-        identical, n_rows = same_rows(Path(tmp) / "as_asked", Path(tmp) / "prefetch")
-    base, fast = runs["as asked"], runs["prefetch"]
-    print(f"{'variant':<10} {'decisions':>9} {'rows':>7} {'wall s':>8} {'decisions/s':>12}")
-    for name, r in runs.items():
+        for v in variants:
+            runs[v] = label_run(args.episodes.resolve(), Path(tmp) / v, args.estimator, args.max_decisions, v)
+        same = {v: same_rows(Path(tmp) / "runtime", Path(tmp) / v) for v in variants[1:]}
+    identical = all(ok for ok, _ in same.values())
+    base = runs["runtime"]["wall_s"]
+    print(f"{'variant':<9} {'decisions':>9} {'rows':>7} {'wall s':>8} {'decisions/s':>12} {'speed-up':>9}")
+    for v, r in runs.items():
         n = r.get("planned_decisions", 0)
-        print(f"{name:<10} {n:>9} {r.get('total_rows', 0):>7} {r['wall_s']:>8.1f} {n / r['wall_s']:>12.2f}")
+        print(f"{v:<9} {n:>9} {r.get('total_rows', 0):>7} {r['wall_s']:>8.1f} {n / r['wall_s']:>12.2f} "
+              f"{base / r['wall_s']:>8.2f}x")
     result = {"episodes": str(args.episodes), "estimator": args.estimator,
-              "planned_decisions": base.get("planned_decisions"), "rows": n_rows, "identical_rows": identical,
-              "wall_s_as_asked": round(base["wall_s"], 2), "wall_s_prefetch": round(fast["wall_s"], 2),
-              "speedup": round(base["wall_s"] / fast["wall_s"], 2)}
-    print(f"speedup {result['speedup']}x, identical rows: {identical}")
+              "planned_decisions": runs["runtime"].get("planned_decisions"), "rows": same["prefetch"][1],
+              "identical_rows": identical, **{f"wall_s_{v}": round(r["wall_s"], 2) for v, r in runs.items()},
+              **{f"speedup_{v}": round(base / runs[v]["wall_s"], 2) for v in variants[1:]}}
+    print(f"identical rows in every variant: {identical}")
     print(json.dumps(result))
     if not identical:
-        raise SystemExit("the two runs wrote different rows: the prefetch changed the candidates")
+        raise SystemExit("the variants wrote different rows: the memo or the prefetch changed the candidates")
     return result
 
 
