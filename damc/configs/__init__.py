@@ -60,7 +60,8 @@ def memory_fingerprint(memory: Mapping[str, Any] | None, always: tuple[str, ...]
 def as_spelled_before(cfg: Any) -> dict[str, Any]:
     """A composed config (`DictConfig`, resolved) as a plain dict laid out as the YAML files spelled it before the
     schemas: `memory` holds `memory_fingerprint`'s keys in the old order (evaluate: first, `max_scored` leading),
-    make_data's `tau2` comes last (without `tools` at its default, `all`). The pipeline's stage fingerprints hash
+    make_data's `tau2` comes last (without `tools` at its default, `all`), label's `prefetch` is left out (when texts
+    are embedded changes no label). The pipeline's stage fingerprints hash
     this view, so the stages of a study or demo run made before still count as done
     (`damc.pipeline.stages.fingerprint`)."""
     from omegaconf import OmegaConf
@@ -77,6 +78,8 @@ def as_spelled_before(cfg: Any) -> dict[str, Any]:
         plain["tau2"] = plain.pop("tau2")
         if plain["tau2"].get("tools") == "all":     # added later: its default leaves the hash as it was
             del plain["tau2"]["tools"]
+    if "estimator" in plain and "shard_size" in plain:   # label.yaml: `prefetch` (added later) changes no label
+        plain.pop("prefetch", None)
     return plain
 
 
