@@ -67,6 +67,12 @@ class IndexConfig:
         nlist: IVF lists; 0 picks ~4·sqrt(n) (clipped to [64, 4096]).
         nprobe: IVF lists searched per query (recall vs. latency).
         encode_batch: cards per encoder batch.
+        encode_memo: how many embedded texts (card documents, decision queries) the index remembers by their exact
+            text, so one it meets again — a card re-written unchanged in content (a repeated identical tool call
+            moves its card to the later position: a new `seq`, which the stored embedding no longer matches), the
+            same query asked twice — is not embedded again (`damc.runtime.encoder.CachedEncoder`; 1,024 ≈ 1.5 MB;
+            0: off). In process memory only; emptied by every erasure (`forget`) and rebuild. The PostgreSQL
+            backend keeps none (a worker cannot see another worker's erasure in time).
         save_interval_s: persist at most this often after incremental changes (0 = after every sync);
             the index is a cache of SQLite, so a lost save costs only re-adding the newest cards.
     """
@@ -76,6 +82,7 @@ class IndexConfig:
     nlist: int = 0
     nprobe: int = 16
     encode_batch: int = 128
+    encode_memo: int = 1024
     save_interval_s: float = 30.0
 
 
@@ -238,6 +245,7 @@ class CardIndex:
         self.path = Path(path) if path else None
         self.config = config or IndexConfig()
         self._encoder = encoder if not isinstance(encoder, str) else None
+        self._memo: Any = None   # the encoder behind the text memo (`memo`)
         self._choice = choose_encoder(encoder, encoder_backend, scorer_dir) if isinstance(encoder, str) else None
         self.model_name = encoder_name or (self._choice.name if self._choice is not None
                                            else getattr(encoder, "name", None) or type(encoder).__name__)
@@ -262,12 +270,22 @@ class CardIndex:
             self._encoder = load_encoder(self._choice)
         return self._encoder
 
+    @property
+    def memo(self) -> Any:
+        """The encoder behind this index's text memo (`IndexConfig.encode_memo`), or the bare encoder when off."""
+        if self._memo is None:
+            from damc.runtime.encoder import CachedEncoder
+
+            n = int(getattr(self.config, "encode_memo", 0) or 0)
+            self._memo = CachedEncoder(self.encoder, max_items=n) if n > 0 else self.encoder
+        return self._memo
+
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Unit-norm float32 embeddings, (n, dim)."""
         if not texts:
             return np.zeros((0, self.dim or 0), dtype=np.float32)
-        vecs = self.encoder.encode(list(texts), batch_size=self.config.encode_batch, convert_to_numpy=True,
-                                   normalize_embeddings=True, show_progress_bar=False)
+        vecs = self.memo.encode(list(texts), batch_size=self.config.encode_batch, convert_to_numpy=True,
+                                normalize_embeddings=True, show_progress_bar=False)
         vecs = np.ascontiguousarray(vecs, dtype=np.float32)
         self.dim = vecs.shape[1]
         return vecs
@@ -308,6 +326,7 @@ class CardIndex:
     def rebuild(self, reason: str = "requested") -> None:
         """Rebuild the whole index from the store's hot cards."""
         with self._lock:
+            self._memo = None   # (an erasure by another process rebuilds too: no erased document stays in the memo)
             # an in-memory index is built fresh every time (the harness: one per episode): not worth an INFO line
             (logger.debug if self.path is None else logger.info)("rebuilding card index (%s)", reason)
             self.last_rebuild_reason = reason
@@ -493,6 +512,7 @@ class CardIndex:
 
         with self._lock:
             self._last_query = None
+            self._memo = None   # the text memo may hold erased documents: a fresh one
             if self._index is None or self.erased != self.store.erasures() - 1:
                 self.rebuild("cards were erased")
                 return

@@ -110,6 +110,12 @@ class PgCardIndex(CardIndex):
         """Nothing to save: every vector is written by `sync` in its own transaction."""
         return False
 
+    @property
+    def memo(self) -> Any:
+        """No text memo on the server backend: another worker's erasure would not reach this process's memo in
+        time (`IndexConfig.encode_memo` is the embedded store's)."""
+        return self.encoder
+
     def forget(self, rowids: Sequence[int]) -> None:
         """After an erasure: the vectors went with their rows (`PgCardStore.delete_cards` / `delete_scope` /
         `wipe`), so only the last query (it may quote erased text) is dropped from memory."""

@@ -118,8 +118,57 @@ def test_the_harness_memo_answers_prefetched_cards_only_so_queries_cost_what_the
     dp = [dp for dp in decision_points(ep) if dp.is_tool_call][-1]
     rc.at(dp)
     after_first = counting.texts
-    rc.memory.index._last_query = None          # a second retrieval of the same query in a fresh decision
-    rc.memory.retrieve(dp.context, ep.tools)
-    assert counting.texts == after_first + 1    # the query was embedded again, the cards were not
+    again = RuntimeCandidates(ep, memory={}, encoder=enc)   # the next episode's memory, same run encoder
+    again.at(dp)
+    # the query was embedded again (+ the new index's dimension probe); no card was
+    assert counting.texts == after_first + 2
     assert prefetch_cards(onnx, ep) == 0        # a plain encoder: nothing to fill
-    rc.close()
+    rc.close(), again.close()
+
+
+def _repeated_call_conversation():
+    call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "lookup_order", "arguments": '{"order_id": "88412"}'}}]}
+    result = {"role": "tool", "tool_call_id": "c1", "content": '{"order_id": "88412", "status": "shipped"}'}
+    again = {**call, "tool_calls": [{**call["tool_calls"][0], "id": "c2"}]}
+    return [{"role": "user", "content": "where is order 88412?"}, call, result,
+            {"role": "assistant", "content": "It has shipped."}, {"role": "user", "content": "check it again please"},
+            again, {**result, "tool_call_id": "c2"}, {"role": "assistant", "content": "Still shipped."},
+            {"role": "user", "content": "thanks, and the refund?"}]
+
+
+@pytest.mark.parametrize("memo", [0, 1024])
+def test_the_runtime_does_not_embed_a_card_rewritten_unchanged_again(onnx, memo):
+    """A repeated identical tool call re-writes its card (a new position, a new `seq`): with the index's text memo
+    (`IndexConfig.encode_memo`, default on) the unchanged document is not embedded a second time."""
+    from damc.runtime.index import IndexConfig
+    from damc.runtime.memory import DecisionAwareMemory
+
+    msgs = _repeated_call_conversation()
+    counting = Counting(onnx)
+    seen = []
+    inner_encode = counting.encode
+    counting.encode = lambda texts, **kw: (seen.extend([texts] if isinstance(texts, str) else texts),
+                                           inner_encode(texts, **kw))[1]
+    m = DecisionAwareMemory(None, valuer="heuristic", encoder=counting, index_config=IndexConfig(encode_memo=memo))
+    for end in (4, 8, 9):           # the conversation as it grows, one build per user turn
+        m.build_context(msgs[:end + 1] if end < 9 else msgs)
+    call_docs = [t for t in seen if "lookup_order" in t and not t.startswith("user:")]
+    assert call_docs, seen
+    assert len(set(call_docs)) == 1                       # one document ...
+    assert len(call_docs) == (1 if memo else 2), call_docs  # ... embedded once with the memo, twice without
+    m.close()
+
+
+def test_an_erasure_empties_the_index_text_memo(onnx):
+    """The memo maps a card's text to its vector in process memory: erasing a user's memories leaves none of their
+    text there (nor in the last query)."""
+    from damc.runtime.memory import DecisionAwareMemory
+
+    m = DecisionAwareMemory(None, valuer="heuristic", encoder=onnx)
+    m.build_context(_repeated_call_conversation(), user_id="alice")
+    assert any("88412" in t for t in m.index.memo._memo)
+    m.delete_all(user_id="alice")
+    assert not any("88412" in t for t in m.index.memo._memo)
+    assert m.index._last_query is None
+    m.close()
