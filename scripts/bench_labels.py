@@ -7,8 +7,8 @@ Each variant is the product's own `scripts/label.py` run (`damc.teacher.label.ma
 configs) into a temporary directory:
 
 * `runtime`  — each episode's memory embeds cards and decision queries as it asks for them, with the encoder as the
-               runtime loads it (no memo): what a label run cost before the shared memo (`prefetch=false`, and
-               `damc.teacher.candidates.shared_encoder` answering the bare encoder);
+               runtime loads it (no run-wide memo; only the index's own, `IndexConfig.encode_memo`, as in a live
+               agent): `prefetch=false`, and `damc.teacher.candidates.shared_encoder` answering the bare encoder;
 * `memo`     — the same, behind the run's `CachedEncoder`: a text already embedded (a card the memory re-writes
                unchanged, a tool result repeated across episodes) is not embedded again (`prefetch=false`);
 * `prefetch` — the default: each episode's card documents and decision queries embedded in one batched call first.
