@@ -128,6 +128,14 @@ def card_document(card: Card, max_chars: int = CARD_CHARS) -> str:
     return _clip(text, max_chars)
 
 
+def episode_documents(episode: Any) -> list[str]:
+    """The retrieval texts (`card_document`) of every card of an episode, in order: what a batch job embeds ahead of
+    the memories it feeds (`damc.runtime.encoder.CachedEncoder.prefetch`)."""
+    from damc.cards import encode_episode
+
+    return [card_document(c) for c in encode_episode(episode)]
+
+
 def render_tools_brief(tools: list[dict[str, Any]] | None) -> str:
     """Compact one-line-per-tool listing: `name(param, param?) - description`."""
     lines = []

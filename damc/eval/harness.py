@@ -327,12 +327,9 @@ def prefetch_cards(encoder: Any, episode: Any) -> int:
     """Embed an episode's card documents in one batched call before its memory ingests them (ingestion is not
     timed; decision queries are not prefetched, so each policy's retrieval still pays its query as in a live
     agent). Returns how many texts were embedded."""
-    from damc.cards import encode_messages
-    from damc.query import card_document
+    from damc.query import episode_documents
 
-    if not hasattr(encoder, "prefetch"):
-        return 0
-    return encoder.prefetch([card_document(c) for c in encode_messages(episode.messages, episode.episode_id)])
+    return encoder.prefetch(episode_documents(episode)) if hasattr(encoder, "prefetch") else 0
 
 
 def score_prompt(out: PolicyOutput, d: Decision, llm: DecisionLLM, cache: dict[str, dict[str, Any]],

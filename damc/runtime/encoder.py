@@ -170,9 +170,9 @@ class CachedEncoder:
     batched call, and `encode` then answers them from the memo (misses are encoded as the inner encoder would).
 
     What it is for: a batch job that feeds many fresh memories (labelling, one runtime memory per episode) knows
-    every card and decision query in advance; the memory alone would embed them a few at a time as they arrive
-    (padding and per-call overhead: ~1.7× the compute on this CPU), and a text repeated across episodes (the same
-    tool result, the same confirmation) would be embedded again each time. Vectors come from the same encoder, so
+    every card and decision query in advance; the memory alone would embed them a few at a time as they arrive,
+    and a text met again (a card re-written unchanged, a tool result repeated across episodes) would be embedded
+    again each time — the larger saving (docs/teacher.md, "Grounded labels measured"). Vectors come from the same encoder, so
     `name` is the inner one's (the index stamp and the embedding cache are unchanged); a text's vector may differ
     from an unbatched one by float rounding only (~1e-6). Only unit-norm requests are memoised
     (`normalize_embeddings=True`, what `CardIndex` asks); the memo keeps at most `max_items` vectors, oldest out.
@@ -206,13 +206,17 @@ class CachedEncoder:
         while len(self._memo) > self.max_items:
             self._memo.pop(next(iter(self._memo)))
 
+    def _embed(self, texts: list[str], batch_size: int) -> np.ndarray:
+        """Unit-norm embeddings of `texts` from the inner encoder, `(n, dim)` float32."""
+        vecs = self.inner.encode(texts, batch_size=batch_size, convert_to_numpy=True, normalize_embeddings=True,
+                                 show_progress_bar=False)
+        return np.asarray(vecs, dtype=np.float32).reshape(len(texts), -1)
+
     def prefetch(self, texts: Sequence[str], batch_size: int = 64) -> int:
         """Embed the texts not memoised yet (unique, one batched call); returns how many were embedded."""
         todo = list(dict.fromkeys(t for t in texts if t not in self._memo))[: self.max_items]
         if todo:
-            vecs = np.asarray(self.inner.encode(todo, batch_size=batch_size, convert_to_numpy=True,
-                                                normalize_embeddings=True, show_progress_bar=False), dtype=np.float32)
-            self._store(todo, vecs.reshape(len(todo), -1))
+            self._store(todo, self._embed(todo, batch_size))
         return len(todo)
 
     def encode(self, texts: str | Sequence[str], batch_size: int = 64, convert_to_numpy: bool = True,
@@ -228,9 +232,7 @@ class CachedEncoder:
         self.hits += sum(t in found for t in texts)
         self.misses += len(missing)
         if missing:
-            vecs = np.asarray(self.inner.encode(missing, batch_size=batch_size, convert_to_numpy=True,
-                                                normalize_embeddings=True, show_progress_bar=False), dtype=np.float32)
-            vecs = vecs.reshape(len(missing), -1)
+            vecs = self._embed(missing, batch_size)
             found.update(zip(missing, vecs))
             if self.remember_misses:
                 self._store(missing, vecs)

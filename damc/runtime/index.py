@@ -276,7 +276,7 @@ class CardIndex:
         if self._memo is None:
             from damc.runtime.encoder import CachedEncoder
 
-            n = int(getattr(self.config, "encode_memo", 0) or 0)
+            n = self.config.encode_memo
             self._memo = CachedEncoder(self.encoder, max_items=n) if n > 0 else self.encoder
         return self._memo
 

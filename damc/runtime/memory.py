@@ -381,13 +381,18 @@ class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
         Raises:
             EpisodeFormatError / ConversationMismatchError: as `build_context`.
         """
-        msgs, tools = check_call(messages, tools)
-        msgs = clean_messages(msgs, self._memo)
-        tools = clean_messages(tools, self._memo) if tools is not None else None
+        msgs, tools = self._checked(messages, tools)
         _, query, stored, cards, why = self._retrieve(msgs, tools, session_id or self.config.session_id,
                                                       self._scope(user_id, agent_id), {})
         order = sorted(range(len(cards)), key=lambda i: (stored[i].t, cards[i].position, cards[i].card_id))
         return query, [cards[i] for i in order], why
+
+    def _checked(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
+                 ) -> tuple[list[Any], Sequence[dict[str, Any]] | None]:
+        """A call's messages and tools checked (`check_call`) and cleaned: lone surrogates out before anything is
+        written or tokenized."""
+        msgs, tools = check_call(messages, tools)
+        return clean_messages(msgs, self._memo), (clean_messages(tools, self._memo) if tools is not None else None)
 
     def _retrieve(self, msgs: list[Any], tools: Sequence[dict[str, Any]] | None, sid: str, scope: Scope,
                   timings: dict[str, float]) -> tuple[str, str, list[StoredCard], list[Card], dict[str, list[str]]]:
@@ -428,9 +433,7 @@ class DecisionAwareMemory(MemoryVerbs, AsyncMethods):
                 compare valuers on one store); the same retrieval, packing and assembly run either way.
         """
         t_start = time.perf_counter()
-        msgs, tools = check_call(messages, tools)
-        msgs = clean_messages(msgs, self._memo)      # lone surrogates out before anything is written or tokenized
-        tools = clean_messages(tools, self._memo) if tools is not None else None
+        msgs, tools = self._checked(messages, tools)
         system = self._memo.clean(system) if isinstance(system, str) else system
         sid = session_id or self.config.session_id
         scope = self._scope(user_id, agent_id)

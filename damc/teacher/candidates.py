@@ -78,16 +78,13 @@ class RuntimeCandidates:
         """Embed this episode's card documents and the decision queries of `decisions` in one batched call when
         the memory's encoder is a `CachedEncoder` (`shared_encoder`); returns how many texts were embedded (0
         otherwise). Texts the runtime then writes differently are simply embedded when it asks for them."""
-        from damc.cards import encode_messages
-        from damc.query import card_document, render_decision_query
+        from damc.query import episode_documents, render_decision_query
 
         enc = self.memory.index.encoder
         if not hasattr(enc, "prefetch"):
             return 0
-        ep = self.episode
-        texts = [card_document(c) for c in encode_messages(ep.messages, ep.episode_id)]
-        tools = list(ep.tools or []) or None
-        texts += [render_decision_query(dp.context, tools) for dp in decisions]
+        tools = list(self.episode.tools or []) or None
+        texts = episode_documents(self.episode) + [render_decision_query(dp.context, tools) for dp in decisions]
         return enc.prefetch(texts, batch_size=self.memory.index.config.encode_batch)
 
     def close(self) -> None:
