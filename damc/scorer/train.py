@@ -469,6 +469,10 @@ def main(cfg: Any) -> dict[str, Any]:
     out_dir = Path(cfg.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     data = _prepare_data(cfg)
+    # The classifier head is drawn from torch's global generator when the cross-encoder is built, before the
+    # trainer seeds anything: seed here too, or two runs on the same labels write different weights.
+    from transformers import set_seed
+    set_seed(int(cfg.seed))
     student = _build_student(cfg)
     report_to = _setup_logger(cfg, out_dir)
     trainer, train_summary = _run_training(cfg, out_dir, student, data, report_to)

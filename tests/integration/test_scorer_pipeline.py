@@ -449,3 +449,23 @@ def test_a_fields_scorer_reads_its_cards_as_fields_lines(scorer_dir, tmp_path):
 
     with pytest.raises(LabelFormatError, match="mix card renderings"):
         train_main(_train_cfg(tmp_path / "run", f"data.labels={mixed}"))
+
+
+def test_two_trainings_on_the_same_labels_write_the_same_weights(tmp_path):
+    """Same labels, same config, different global RNG state before each run (as when earlier pipeline stages ran in
+    the process): the student's new classifier head is seeded from `seed`, so the weights match bit for bit; another
+    `seed` gives other weights."""
+    import torch
+    from safetensors.torch import load_file
+
+    from damc.scorer.train import main
+
+    weights = {}
+    for name, rng, seed in (("a", 1, 0), ("b", 2, 0), ("c", 1, 7)):
+        torch.manual_seed(rng)
+        torch.rand(1000)      # consume the global generator differently before each run
+        main(_train_cfg(tmp_path / name, "logger=none", "trainer.max_steps=1", "combiner.enabled=false", f"seed={seed}"))
+        weights[name] = load_file(str(tmp_path / name / "model" / "model.safetensors"))
+    assert weights["a"].keys() == weights["b"].keys()
+    assert all(torch.equal(weights["a"][k], weights["b"][k]) for k in weights["a"])
+    assert not all(torch.equal(weights["a"][k], weights["c"][k]) for k in weights["a"])
