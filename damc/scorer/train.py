@@ -294,14 +294,18 @@ def _first_n_decisions(train_dec: list[LabeledDecision], n: Any, seed: int) -> l
 
 
 def _build_student(cfg: Any) -> _Student:
-    """The cross-encoder of `cfg.model` (optionally pruned to `model.num_layers`) and the `trainer.loss`."""
+    """The cross-encoder of `cfg.model` (optionally pruned to `model.num_layers`) and the `trainer.loss`; its new
+    classifier head is drawn from torch's global generator, seeded here from `cfg.seed` (the trainer seeds only
+    later, so without it two runs on the same labels wrote different weights)."""
     import torch
     from sentence_transformers.cross_encoder import CrossEncoder
+    from transformers import set_seed
 
     from damc.models import resolve_model
     from damc.scorer.losses import ListwiseDistillationLoss
 
     base = str(cfg.model.name)
+    set_seed(int(cfg.seed))
     lcfg = cfg.trainer.loss
     model = CrossEncoder(resolve_model(base), num_labels=1, max_length=int(cfg.model.max_length),
                          activation_fn=torch.nn.Identity(), device=cfg.get("device"))
@@ -469,10 +473,6 @@ def main(cfg: Any) -> dict[str, Any]:
     out_dir = Path(cfg.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     data = _prepare_data(cfg)
-    # The classifier head is drawn from torch's global generator when the cross-encoder is built, before the
-    # trainer seeds anything: seed here too, or two runs on the same labels write different weights.
-    from transformers import set_seed
-    set_seed(int(cfg.seed))
     student = _build_student(cfg)
     report_to = _setup_logger(cfg, out_dir)
     trainer, train_summary = _run_training(cfg, out_dir, student, data, report_to)
