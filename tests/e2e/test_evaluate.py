@@ -63,7 +63,7 @@ def test_every_policy_end_to_end_writes_results_with_the_schema(pipeline, tmp_pa
 
     out = tmp_path / "eval"
     pol = "[" + ",".join(ALL_POLICIES) + "]"
-    res = main(_eval_cfg(pipeline, out, f"policies={pol}", "budgets=[192]", "max_decisions=2",
+    res = main(_eval_cfg(pipeline, out, f"policies={pol}", "budgets=[192]", "max_decisions=1",
                          "data.tool_calls_only=true", "memory.max_candidates=3"))   # llm_judge, damc_teacher: a pass per card
     for f in ("results.json", "results.md", "pareto.png", "records.jsonl"):
         assert (out / f).stat().st_size > 0, f
@@ -72,7 +72,7 @@ def test_every_policy_end_to_end_writes_results_with_the_schema(pipeline, tmp_pa
     assert set(on_disk["policies"]) == {f"{p}@192" for p in ALL_POLICIES}
     for key, e in on_disk["policies"].items():
         assert e["n_failed"] == 0, (key, [r.get("error") for r in _records(out) if r.get("failed")])
-        assert e["n_decisions"] == 2
+        assert e["n_decisions"] == 1
         assert 0.0 <= e["accuracy_ci"][0] <= e["accuracy"] <= e["accuracy_ci"][1] <= 1.0
         for k in ("gold_logprob", "prompt_tokens", "overhead_ms_p50", "llm_ms_p50"):
             assert np.isfinite(e[k]), (key, k)
@@ -109,7 +109,8 @@ def test_every_policy_end_to_end_writes_results_with_the_schema(pipeline, tmp_pa
 
 @pytest.mark.slow
 def test_damc_in_the_harness_builds_the_prompt_a_user_gets_from_the_runtime(pipeline, tmp_path):
-    """The record's prompt is exactly `DecisionAwareMemory(path, scorer=...)`'s context for that decision."""
+    """The record's prompt is exactly `DecisionAwareMemory(path, scorer=...)`'s context for that decision (selection
+    only: a scoring run builds the same prompts, test_selection_only_…)."""
     import hashlib
 
     from damc.episodes import decision_points
@@ -121,7 +122,7 @@ def test_damc_in_the_harness_builds_the_prompt_a_user_gets_from_the_runtime(pipe
 
     out = tmp_path / "eval"
     main(_eval_cfg(pipeline, out, "policies=[window,damc]", "budgets=[256]", "max_decisions=3",
-                   "data.tool_calls_only=true"))
+                   "data.tool_calls_only=true", "score=false"))
     recs = [r for r in _records(out) if r["policy"] == "damc"]
     eps = {ep.episode_id: ep for ep in load_episodes(pipeline["test"])}
     for r in recs:
@@ -174,19 +175,20 @@ def test_a_killed_run_resumes_and_a_changed_setting_is_never_reused(pipeline, tm
     import damc.eval.harness as ev
 
     out = tmp_path / "eval"
-    cfg = _eval_cfg(pipeline, out, "policies=[window,recency]", "budgets=[96,128]", "max_decisions=2")
+    grid = ("policies=[window,recency]", "budgets=[96,128]")      # a message and a card policy, two settings each
+    cfg = _eval_cfg(pipeline, out, *grid, "max_decisions=1")
     first = ev.main(cfg)
     lines = (out / "records.jsonl").read_text().splitlines(keepends=True)
-    assert len(lines) == 2 * 2 * 2
-    # a kill after 5 records, in the middle of writing the 6th
-    (out / "records.jsonl").write_text("".join(lines[:5]) + lines[5][: len(lines[5]) // 2])
+    assert len(lines) == 2 * 2 * 1
+    # a kill after 2 records, in the middle of writing the 3rd
+    (out / "records.jsonl").write_text("".join(lines[:2]) + lines[2][: len(lines[2]) // 2])
     calls = []
     real = ev.evaluate_unit
     monkeypatch.setattr(ev, "evaluate_unit", lambda u, d, *a, **k: calls.append((u.name, u.key)) or real(u, d, *a, **k))
     second = ev.main(cfg)
-    assert len(calls) == len(lines) - 5
+    assert len(calls) == len(lines) - 2
     keys = [(r["policy"], r["setting"], r["decision_id"]) for r in _records(out)]
-    assert len(set(keys)) == len(lines)
+    assert len(set(keys)) == len(lines) == len(keys)
     for k, e in first["policies"].items():
         assert second["policies"][k]["accuracy"] == e["accuracy"]
         assert second["policies"][k]["gold_logprob"] == pytest.approx(e["gold_logprob"], abs=1e-6)
@@ -195,14 +197,13 @@ def test_a_killed_run_resumes_and_a_changed_setting_is_never_reused(pipeline, tm
     assert calls == []
     # a larger sample reuses the decisions already recorded and runs only the new ones
     before = {r["decision_id"] for r in _records(out)}
-    bigger = ev.main(_eval_cfg(pipeline, out, "policies=[window,recency]", "budgets=[96,128]", "max_decisions=3"))
-    assert {e["n_decisions"] for e in bigger["policies"].values()} == {3}
+    bigger = ev.main(_eval_cfg(pipeline, out, *grid, "max_decisions=2"))
+    assert {e["n_decisions"] for e in bigger["policies"].values()} == {2}
     new_ids = {r["decision_id"] for r in _records(out)} - before
-    assert new_ids and len(calls) == 2 * 2 * len(new_ids)
+    assert len(new_ids) == 1 and len(calls) == 2 * 2 * len(new_ids)
     calls.clear()
     # another memory setting changes recency's (and window's) fingerprint: nothing old is reused
-    ev.main(_eval_cfg(pipeline, out, "policies=[window,recency]", "budgets=[96,128]", "max_decisions=2",
-                      "memory.recent=3"))
+    ev.main(_eval_cfg(pipeline, out, *grid, "max_decisions=1", "memory.recent=3"))
     assert len(calls) == len(lines)
 
 
@@ -243,7 +244,7 @@ def test_selection_only_builds_the_same_prompts_without_the_decision_llm(pipelin
     import damc.llm
     from damc.eval.harness import main
 
-    common = ("policies=[window,bm25,damc,oracle]", "budgets=[256]", "max_decisions=2", "data.tool_calls_only=true")
+    common = ("policies=[window,bm25,damc,oracle]", "budgets=[256]", "max_decisions=1", "data.tool_calls_only=true")
     scored = main(_eval_cfg(pipeline, tmp_path / "scored", *common))
 
     def no_weights(*a, **k):
@@ -254,13 +255,13 @@ def test_selection_only_builds_the_same_prompts_without_the_decision_llm(pipelin
     sel = main(_eval_cfg(pipeline, out, *common, "score=false"))
     a = {(r["policy"], r["decision_id"]): r for r in _records(tmp_path / "scored")}
     b = {(r["policy"], r["decision_id"]): r for r in _records(out)}
-    assert set(a) == set(b) and len(b) == 4 * 2
+    assert set(a) == set(b) and len(b) == 4 * 1
     for k, r in b.items():
         assert not r["failed"] and r["correct"] is None and r["gold_logprob"] is None
         for f in ("prompt_hash", "prompt_tokens", "kept_card_ids", "key_in_candidates", "confuser"):
             assert r[f] == a[k][f], (k, f)
     for key, e in sel["policies"].items():
-        assert np.isnan(e["accuracy"]) and e["n_decisions"] == 2
+        assert np.isnan(e["accuracy"]) and e["n_decisions"] == 1
         for f in ("key_hit", "candidate_recall", "prompt_tokens"):
             if f in scored["policies"][key]:
                 assert e[f] == scored["policies"][key][f], (key, f)
@@ -272,7 +273,7 @@ def test_selection_only_builds_the_same_prompts_without_the_decision_llm(pipelin
     real = ev.evaluate_unit
     monkeypatch.setattr(ev, "evaluate_unit", lambda u, d, *x, **k: calls.append(u.name) or real(u, d, *x, **k))
     ev.main(_eval_cfg(pipeline, out, *common, "policies=[window]"))
-    assert calls == ["window"] * 2
+    assert calls == ["window"] * 1
     with pytest.raises(ValueError, match="damc_teacher"):
         main(_eval_cfg(pipeline, tmp_path / "bad", "policies=[window,damc_teacher]", "score=false"))
 

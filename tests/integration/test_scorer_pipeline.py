@@ -340,7 +340,23 @@ def test_train_fraction_keeps_the_dev_split(tmp_path):
         main(_train_cfg(tmp_path / "bad", "logger=none", "data.train_fraction=0"))
 
 
-def test_scorer_fidelity_on_a_runs_dev_episodes_matches_the_training_metrics(run_dir, scorer_dir, tmp_path):
+def _fidelity_cli(monkeypatch, capsys, *argv: str):
+    """Run scripts/fidelity.py's command line in this process: (exit code or message, stdout)."""
+    import runpy
+    import sys
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(sys, "argv", ["fidelity.py", *argv])
+    code = 0
+    try:
+        runpy.run_path(str(ROOT / "scripts" / "fidelity.py"), run_name="__main__")
+    except SystemExit as e:
+        code = e.code
+    return SimpleNamespace(code=code, out=capsys.readouterr().out)
+
+
+def test_scorer_fidelity_on_a_runs_dev_episodes_matches_the_training_metrics(run_dir, scorer_dir, tmp_path,
+                                                                               monkeypatch, capsys):
     import subprocess
     import sys
 
@@ -361,18 +377,17 @@ def test_scorer_fidelity_on_a_runs_dev_episodes_matches_the_training_metrics(run
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"{m['n_decisions']} decisions" in proc.stdout
     assert json.loads(out.read_text())["scorer"]["spearman"]["mean"] == pytest.approx(res["scorer"]["spearman"]["mean"])
-    bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "fidelity.py"), str(scorer_dir), str(LABELS),
-                          "--run", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=600)
-    assert bad.returncode != 0 and "train_meta.json not found" in bad.stderr
+    # the script's other paths in this process (the subprocess above shows it runs as a script)
+    bad = _fidelity_cli(monkeypatch, capsys, str(scorer_dir), str(LABELS), "--run", str(tmp_path))
+    assert bad.code != 0 and "train_meta.json not found" in str(bad.code)
     # decisions of ≤ 5 cards have no recall 3@5: reported as n/a, not a crash
     rows = [json.loads(x) for x in LABELS.read_text().splitlines()]
     per: dict = {}
     short = [r for r in rows if per.setdefault(r["decision_id"], []).append(r) or len(per[r["decision_id"]]) <= 4]
     (tmp_path / "short.jsonl").write_text("\n".join(json.dumps(r) for r in short) + "\n")
-    few = subprocess.run([sys.executable, str(ROOT / "scripts" / "fidelity.py"), str(scorer_dir),
-                          str(tmp_path / "short.jsonl")], capture_output=True, text=True, cwd=ROOT, timeout=600)
-    assert few.returncode == 0, few.stderr[-2000:]
-    assert "recall3@5 n/a (n=0" in few.stdout
+    few = _fidelity_cli(monkeypatch, capsys, str(scorer_dir), str(tmp_path / "short.jsonl"))
+    assert few.code == 0, few.out
+    assert "recall3@5 n/a (n=0" in few.out
 
 
 def test_the_runtime_cross_encodes_only_max_scored_candidates_with_a_real_scorer(scorer_dir, tmp_path):

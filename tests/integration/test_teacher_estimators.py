@@ -24,6 +24,15 @@ def teacher32():
     return HFTeacher("smollm2-135m", dtype="float32", device="cpu", batch_size=4)
 
 
+@pytest.fixture(scope="module")
+def loo_naive(teacher32):
+    """The last decision of the small episode, its four newest candidates and their naive leave-one-out (every row
+    run in full): the reference the prefix-reusing paths are checked against."""
+    dp = last_decision(small_episode())
+    cards = candidate_cards(dp, teacher32.tokenizer)[-4:]
+    return dp, cards, LeaveOneOut(reuse_prefix=False).estimate(teacher32, dp, cards)
+
+
 def test_subset_segments_are_the_runtime_prompt_with_those_cards(teacher32):
     dp = last_decision(small_episode())
     ctx = build_context(teacher32, dp)
@@ -39,10 +48,8 @@ def test_subset_segments_are_the_runtime_prompt_with_those_cards(teacher32):
     assert ctx.action == action_text(dp.gold)
 
 
-def test_loo_prefix_reuse_matches_naive_fp32(teacher32):
-    dp = last_decision(small_episode())
-    cards = candidate_cards(dp, teacher32.tokenizer)[-4:]
-    naive = LeaveOneOut(reuse_prefix=False).estimate(teacher32, dp, cards)
+def test_loo_prefix_reuse_matches_naive_fp32(teacher32, loo_naive):
+    dp, cards, naive = loo_naive
     reuse = LeaveOneOut(reuse_prefix=True).estimate(teacher32, dp, cards)
     assert np.max(np.abs(naive.deltas - reuse.deltas)) < 1e-3
     assert abs(naive.logp_full - reuse.logp_full) < 1e-3
@@ -65,14 +72,12 @@ def test_log_prob_many_matches_single_calls(teacher32):
         np.testing.assert_allclose(lp, teacher32.log_prob(msgs, a), atol=1e-3)
 
 
-def test_sliding_window_cache_falls_back_to_full_rows(teacher32, monkeypatch, caplog):
+def test_sliding_window_cache_falls_back_to_full_rows(teacher32, loo_naive, monkeypatch, caplog):
     """A model whose KV cache keeps only the last W positions (Gemma 3's sliding layers) cannot reuse a
     prefix: the rows must run in full and give the naive result, not a shape error."""
     from transformers import DynamicCache
 
-    dp = last_decision(small_episode())
-    cards = candidate_cards(dp, teacher32.tokenizer)[-4:]
-    naive = LeaveOneOut(reuse_prefix=False).estimate(teacher32, dp, cards)
+    dp, cards, naive = loo_naive
     real_base = type(teacher32)._run_base
 
     def windowed_base(self, ids, n_act):
@@ -213,10 +218,11 @@ def test_bf16_log_probs_do_not_depend_on_what_ran_before():
     from damc.teacher.backends import HFTeacher
 
     t = HFTeacher("smollm2-135m", dtype="bfloat16", device="cpu")
-    text = t.encode("The quick brown fox jumps over the lazy dog near the river bank. " * 60)
-    assert len(text) > 2 * t.prefix_block + 100
-    first = (text[:700] + t.encode(" and then the cat said hello to everyone in the room"), 8)
-    second = (text[:650] + t.encode(" while the dog slept quietly by the warm fireplace tonight"), 8)
+    t.prefix_block = 64      # the runtime's 256-token blocks, scaled down: bf16 matmuls are slow without bf16 units
+    text = t.encode("The quick brown fox jumps over the lazy dog near the river bank. " * 15)
+    assert len(text) > 2 * t.prefix_block + 40
+    first = (text[:175] + t.encode(" and then the cat said hello to everyone in the room"), 8)
+    second = (text[:160] + t.encode(" while the dog slept quietly by the warm fireplace tonight"), 8)
     cold = t.score_rows([second])[0][0]
     t.score_rows([first])                         # leaves its KV cache behind
     warm = t.score_rows([second])[0][0]           # reuses the two whole blocks it shares with `first`

@@ -21,10 +21,15 @@ from damc.eval.policies import (
     make_policy,
     trim_history,
 )
-from damc.models import load_tokenizer
+from damc.models import DEFAULT_ENCODER, load_tokenizer
 from damc.prompting import HISTORY_HEADER, message_to_chat
+from damc.runtime.encoder import cached_encoder
 from damc.runtime.memory import DecisionAwareMemory
 from damc.runtime.valuers import CachedValuer
+
+# one encoder for every memory of the module (an exact-text memo in front of the runtime's): a card's vector is a
+# function of its text, so memories built fresh in each test embed only what no earlier one did
+ENCODER = cached_encoder(DEFAULT_ENCODER)
 
 DEPLOYABLE = ["full", "window", "obs_mask", "heuristic", "recency", "similarity", "bm25", "rrf", "generative_agents"]
 
@@ -35,7 +40,7 @@ def setup():
     env = PolicyEnv(count_tokens=token_counter(tok), window_tokens=8192)
     ep = generate_episodes(1, seed=11)[0]
     dp = [d for d in decision_points(ep) if d.key_card_ids][-1]  # a late decision that needs earlier facts
-    memory = DecisionAwareMemory(None, valuer="heuristic", tokenizer=tok)   # policies bring their own valuers
+    memory = DecisionAwareMemory(None, valuer="heuristic", tokenizer=tok, encoder=ENCODER)   # policies bring their own valuers
     view = DecisionView.of(dp)
     memory.observe(view.messages, view.session_id)
     return env, dp, view, memory, tok
@@ -68,7 +73,8 @@ def test_a_card_policy_is_exactly_the_runtime_a_user_calls(setup):
     """`heuristic` builds the same prompt as a user's own `DecisionAwareMemory(valuer="heuristic")` fed the same
     conversation: same candidates, same packing, same compressed lines, same assembly."""
     env, dp, view, _, tok = setup
-    user = DecisionAwareMemory(None, valuer="heuristic", tokenizer=tok, session_id=view.session_id)
+    user = DecisionAwareMemory(None, valuer="heuristic", tokenizer=tok, session_id=view.session_id,
+                               encoder=ENCODER)
     for k in range(1, len(view.messages) + 1):  # the conversation arrives message by message
         user.observe(view.messages[:k])
     ctx = user.build_context(list(view.messages), list(view.tools), budget_tokens=512)
@@ -244,7 +250,7 @@ def test_deployable_policies_never_see_the_gold_or_the_future(setup, name):
     assert bad.gold != dp.gold and bad.key_card_ids != dp.key_card_ids
     outs = []
     for d in (dp, bad):
-        memory = DecisionAwareMemory(None, valuer="heuristic", tokenizer=tok)   # fresh each time: nothing carried over
+        memory = DecisionAwareMemory(None, valuer="heuristic", tokenizer=tok, encoder=ENCODER)   # fresh: nothing carried over
         view = DecisionView.of(d)
         assert "POISON" not in json.dumps(view.messages)
         memory.observe(view.messages, view.session_id)
