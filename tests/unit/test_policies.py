@@ -3,6 +3,7 @@ budgets hold, the current turn is always verbatim, card policies are exactly `De
 with their valuer, each policy keeps what it says it keeps, and no deployable policy can see the gold."""
 
 import copy
+import functools
 import json
 
 import pytest
@@ -27,9 +28,13 @@ from damc.runtime.encoder import cached_encoder
 from damc.runtime.memory import DecisionAwareMemory
 from damc.runtime.valuers import CachedValuer
 
-# one encoder for every memory of the module (an exact-text memo in front of the runtime's): a card's vector is a
-# function of its text, so memories built fresh in each test embed only what no earlier one did
-ENCODER = cached_encoder(DEFAULT_ENCODER)
+
+@functools.cache
+def encoder():
+    """One encoder for every memory of the module, loaded on first use (an exact-text memo in front of the runtime's):
+    a card's vector is a function of its text, so memories built fresh in each test embed only what no earlier one did."""
+    return cached_encoder(DEFAULT_ENCODER)
+
 
 DEPLOYABLE = ["full", "window", "obs_mask", "heuristic", "recency", "similarity", "bm25", "rrf", "generative_agents"]
 
@@ -40,7 +45,7 @@ def setup():
     env = PolicyEnv(count_tokens=token_counter(tok), window_tokens=8192)
     ep = generate_episodes(1, seed=11)[0]
     dp = [d for d in decision_points(ep) if d.key_card_ids][-1]  # a late decision that needs earlier facts
-    memory = DecisionAwareMemory(None, valuer="heuristic", tokenizer=tok, encoder=ENCODER)   # policies bring their own valuers
+    memory = DecisionAwareMemory(None, valuer="heuristic", tokenizer=tok, encoder=encoder())   # policies bring their own valuers
     view = DecisionView.of(dp)
     memory.observe(view.messages, view.session_id)
     return env, dp, view, memory, tok
@@ -74,7 +79,7 @@ def test_a_card_policy_is_exactly_the_runtime_a_user_calls(setup):
     conversation: same candidates, same packing, same compressed lines, same assembly."""
     env, dp, view, _, tok = setup
     user = DecisionAwareMemory(None, valuer="heuristic", tokenizer=tok, session_id=view.session_id,
-                               encoder=ENCODER)
+                               encoder=encoder())
     for k in range(1, len(view.messages) + 1):  # the conversation arrives message by message
         user.observe(view.messages[:k])
     ctx = user.build_context(list(view.messages), list(view.tools), budget_tokens=512)
@@ -250,7 +255,7 @@ def test_deployable_policies_never_see_the_gold_or_the_future(setup, name):
     assert bad.gold != dp.gold and bad.key_card_ids != dp.key_card_ids
     outs = []
     for d in (dp, bad):
-        memory = DecisionAwareMemory(None, valuer="heuristic", tokenizer=tok, encoder=ENCODER)   # fresh: nothing carried over
+        memory = DecisionAwareMemory(None, valuer="heuristic", tokenizer=tok, encoder=encoder())   # fresh: nothing carried over
         view = DecisionView.of(d)
         assert "POISON" not in json.dumps(view.messages)
         memory.observe(view.messages, view.session_id)
