@@ -11,7 +11,9 @@ same model as int8 ONNX through `damc.runtime.encoder`; cosine similarity via no
   produced (e.g. a newer `seq` than the store's) triggers a full rebuild from SQLite; a merely *stale*
   file (older `seq`) is caught up from the rows changed since; cards erased since (`CardStore.erasures()`: by
   this process or another) force a rebuild, so erased vectors are never searched or saved again;
-* vectors are cached in the store's `embeddings` table, so rebuilds re-encode only what changed.
+* vectors are cached in the store's `embeddings` table with the digest of the text they embed
+  (`text_digest`), so rebuilds re-encode only what changed, and a card whose text was embedded before (a
+  repeated identical tool call, a card re-written unchanged) gets that vector, across processes too.
 
 Index type: exact `flat` inner product (fast up to a few hundred thousand cards) or `ivf` (inverted
 lists, trained on the cards; `auto` switches at `ivf_min_cards`). Both support removal, which
@@ -32,6 +34,7 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -57,6 +60,16 @@ logger = logging.getLogger(__name__)
 MAGIC = b"DAMCIDX1"
 
 
+def text_digest(text: str, user_id: str, agent_key: str = "") -> str:
+    """The content key of a scope's embedded text in the stores' embedding caches (BLAKE2b-128, hex): a text a
+    card of the same scope already holds a vector for is not embedded again. The scope is part of the key, so
+    no scope can tell from its latency whether another scope ever stored a given text."""
+    h = hashlib.blake2b(digest_size=16)
+    for part in (user_id, agent_key, text):
+        h.update(part.encode("utf-8", "surrogatepass") + b"\x00")
+    return h.hexdigest()
+
+
 @dataclass
 class IndexConfig:
     """FAISS index settings.
@@ -68,11 +81,10 @@ class IndexConfig:
         nprobe: IVF lists searched per query (recall vs. latency).
         encode_batch: cards per encoder batch.
         encode_memo: how many embedded texts (card documents, decision queries) the index remembers by their exact
-            text, so one it meets again — a card re-written unchanged in content (a repeated identical tool call
-            moves its card to the later position: a new `seq`, which the stored embedding no longer matches), the
-            same query asked twice — is not embedded again (`damc.runtime.encoder.CachedEncoder`; 1,024 ≈ 1.5 MB;
-            0: off). In process memory only; emptied by every erasure (`forget`) and rebuild. The PostgreSQL
-            backend keeps none (a worker cannot see another worker's erasure in time).
+            text, so one it meets again — the same query asked twice, a card's text before the store's
+            content-keyed cache is consulted — is not embedded again (`damc.runtime.encoder.CachedEncoder`; 1,024 ≈
+            1.5 MB; 0: off). In process memory only; emptied by every erasure (`forget`) and rebuild. The
+            PostgreSQL backend keeps none (a worker cannot see another worker's erasure in time).
         save_interval_s: persist at most this often after incremental changes (0 = after every sync);
             the index is a cache of SQLite, so a lost save costs only re-adding the newest cards.
     """
@@ -291,7 +303,8 @@ class CardIndex:
         return vecs
 
     def _vectors_for(self, rows: Sequence[tuple[int, int]]) -> np.ndarray:
-        """Embeddings for `(rowid, seq)` rows: cached in SQLite where current, encoded (and cached) otherwise."""
+        """Embeddings for `(rowid, seq)` rows: cached in SQLite where current (the row's own at its `seq`, or any
+        row's vector of the same text in the same scope, by digest), encoded (and cached) otherwise."""
         from damc.query import card_document
 
         if not rows:
@@ -301,9 +314,16 @@ class CardIndex:
         if missing:
             stored = {sc.rowid: sc for sc in self.store.by_rowids([r for r, _ in missing], None)}
             missing = [(r, s) for r, s in missing if r in stored]
-            vecs = self.encode([card_document(stored[r].card) for r, _ in missing])
-            self.store.put_embeddings(missing, vecs, self.model_name)
-            cached.update({r: vecs[i] for i, (r, _) in enumerate(missing)})
+            docs = {r: card_document(stored[r].card) for r, _ in missing}
+            digests = {r: text_digest(d, stored[r].scope.user_id, stored[r].scope.agent_key) for r, d in docs.items()}
+            known = self.store.embeddings_by_digest(list(digests.values()), self.model_name, self.dim) \
+                if self.dim else {}
+            todo = {digests[r]: docs[r] for r, _ in missing if digests[r] not in known}   # each new text once
+            vecs = self.encode(list(todo.values()))
+            known.update(zip(todo, vecs))
+            new = np.stack([known[digests[r]] for r, _ in missing])
+            self.store.put_embeddings(missing, new, self.model_name, [digests[r] for r, _ in missing])
+            cached.update({r: new[i] for i, (r, _) in enumerate(missing)})
         return np.stack([cached[r] for r, _ in rows if r in cached]).astype(np.float32)
 
     def vectors_for(self, rows: Sequence[tuple[int, int]]) -> np.ndarray:

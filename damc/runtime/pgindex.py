@@ -34,7 +34,7 @@ import numpy as np
 
 from damc.cards import Card
 from damc.models import DEFAULT_ENCODER
-from damc.runtime.index import CardIndex
+from damc.runtime.index import CardIndex, text_digest
 from damc.runtime.pgschema import LOCK_KEY, filters_sql
 from damc.runtime.pgstore import PgCardStore, scope_sql
 from damc.runtime.scope import DEFAULT_SCOPE, Scope
@@ -88,7 +88,7 @@ class PgCardIndex(CardIndex):
                 if meta:   # replace: drop the old column (and its index) so the dimension may change
                     c.execute("DROP INDEX IF EXISTS damc_cards_hnsw")
                     c.execute("ALTER TABLE damc_cards DROP COLUMN IF EXISTS embedding")
-                    c.execute("UPDATE damc_cards SET emb_seq = NULL, emb_model = NULL")
+                    c.execute("UPDATE damc_cards SET emb_seq = NULL, emb_model = NULL, emb_digest = NULL")
                 c.execute(f"ALTER TABLE damc_cards ADD COLUMN IF NOT EXISTS embedding vector({int(dim)})")
                 c.execute(f"CREATE INDEX IF NOT EXISTS damc_cards_hnsw ON damc_cards USING hnsw (embedding "
                           f"vector_ip_ops) WITH (m = {int(cfg.hnsw_m)}, ef_construction = "
@@ -131,51 +131,64 @@ class PgCardIndex(CardIndex):
         self.sync()
 
     def sync(self) -> int:
-        """Embed hot cards whose vector is missing or older than the card; returns how many were embedded.
+        """Embed hot cards whose vector is missing or older than the card; returns how many were brought up to
+        date (a card whose text was embedded before gets that vector: `_refresh`).
 
         Rows are claimed `FOR UPDATE SKIP LOCKED`, `embed_batch` per transaction, so workers syncing at once
         share the work instead of repeating it.
         """
-        from damc.query import card_document
-
         self._ensure_vectors()
         n = 0
         while True:
             with self.store.transaction() as c:
-                rows = c.execute("SELECT rowid, seq, data FROM damc_cards WHERE tier = 'hot' AND emb_seq IS DISTINCT "
+                rows = c.execute("SELECT rowid, seq, data, user_id, agent_id FROM damc_cards WHERE tier = 'hot' AND "
+                                 "emb_seq IS DISTINCT "
                                  "FROM seq ORDER BY rowid LIMIT %s FOR UPDATE SKIP LOCKED",
                                  (self.store.config.embed_batch,)).fetchall()
                 if not rows:
                     return n
-                vecs = self.encode([card_document(Card.from_dict(json.loads(d))) for _, _, d in rows])
-                with c.cursor() as cur:
-                    cur.executemany("UPDATE damc_cards SET embedding = %s, emb_seq = %s, emb_model = %s WHERE rowid = %s",
-                                    [(vecs[i], s, self.model_name, r) for i, (r, s, _) in enumerate(rows)])
+                self._refresh(c, rows)
             n += len(rows)
 
-    def _vectors_for(self, rows: Sequence[tuple[int, int]]) -> np.ndarray:
-        """Embeddings for `(rowid, seq)` rows: stored where current, encoded (and stored) otherwise."""
+    def _refresh(self, c: Any, rows: Sequence[tuple[int, int, str, str, str]]) -> dict[int, np.ndarray]:
+        """Store the vectors of `(rowid, seq, data, user_id, agent_id)` rows inside `c`'s transaction and return
+        them by rowid: a text some card of the same scope already holds a vector for (`emb_digest`, which keys the
+        scope too) takes that vector; each other text is embedded once."""
         from damc.query import card_document
 
+        docs = {r: card_document(Card.from_dict(json.loads(d))) for r, _, d, _, _ in rows}
+        digests = {r: text_digest(docs[r], u, a) for r, _, _, u, a in rows}
+        known = {d: np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float32) for d, v in c.execute(
+            "SELECT DISTINCT ON (emb_digest) emb_digest, embedding FROM damc_cards WHERE emb_digest = ANY(%s) AND "
+            "emb_model = %s AND embedding IS NOT NULL", (sorted(set(digests.values())), self.model_name)).fetchall()}
+        todo = {digests[r]: docs[r] for r, *_ in rows if digests[r] not in known}   # each new text once
+        if todo:
+            known.update(zip(todo, self.encode(list(todo.values()))))
+        with c.cursor() as cur:
+            cur.executemany("UPDATE damc_cards SET embedding = %s, emb_seq = seq, emb_model = %s, emb_digest = %s "
+                            "WHERE rowid = %s AND seq = %s",
+                            [(known[digests[r]], self.model_name, digests[r], r, s) for r, s, *_ in rows])
+        return {r: known[digests[r]] for r, *_ in rows}
+
+    def _vectors_for(self, rows: Sequence[tuple[int, int]]) -> np.ndarray:
+        """Embeddings for `(rowid, seq)` rows: stored where current, taken from a card with the same text or
+        encoded (and stored) otherwise."""
         if not rows:
             return np.zeros((0, self.dim or 0), dtype=np.float32)
         self._ensure_vectors()
         want = dict(rows)
         got: dict[int, np.ndarray] = {}
-        stale: dict[int, tuple[int, str]] = {}
-        for r, s, es, vec, data in self.store._query(
-                "SELECT rowid, seq, emb_seq, embedding, data FROM damc_cards WHERE rowid = ANY(%s)", (list(want),)):
+        stale: list[tuple[int, int, str, str, str]] = []
+        for r, s, es, vec, data, u, a in self.store._query(
+                "SELECT rowid, seq, emb_seq, embedding, data, user_id, agent_id FROM damc_cards WHERE rowid = ANY(%s)",
+                (list(want),)):
             if vec is not None and es == s == want[r]:
                 got[r] = np.asarray(vec.to_numpy() if hasattr(vec, "to_numpy") else vec, dtype=np.float32)
             else:
-                stale[r] = (s, data)
+                stale.append((r, s, data, u, a))
         if stale:
-            ids = list(stale)
-            vecs = self.encode([card_document(Card.from_dict(json.loads(stale[r][1]))) for r in ids])
-            with self.store.transaction() as c, c.cursor() as cur:
-                cur.executemany("UPDATE damc_cards SET embedding = %s, emb_seq = seq, emb_model = %s WHERE rowid = %s "
-                                "AND seq = %s", [(vecs[i], self.model_name, r, stale[r][0]) for i, r in enumerate(ids)])
-            got.update({r: vecs[i] for i, r in enumerate(ids)})
+            with self.store.transaction() as c:
+                got.update(self._refresh(c, stale))
         return np.stack([got[r] for r, _ in rows if r in got]).astype(np.float32)
 
     @property

@@ -5,7 +5,9 @@ Tables are prefixed `damc_`, so they can sit in a database that holds other thin
 * `damc_cards`: one row per card, the exact card JSON in `data` (text, not jsonb: key order and float text
   round-trip exactly), indexed scope / session / tier / pinned columns, `seq` from the sequence `damc_seq` (a
   sequence, not a counter row, so writers never queue on one hot row), and the card's embedding in
-  `embedding vector(dim)` with `emb_seq` / `emb_model` saying which version of the card it encodes. `dim` is the
+  `embedding vector(dim)` with `emb_seq` / `emb_model` saying which version of the card it encodes and
+  `emb_digest` the digest of the text it embeds (`damc.runtime.index.text_digest`: a text some card already
+  holds a vector for is not embedded again). `dim` is the
   encoder's (384 for all-MiniLM-L6-v2): the column and its HNSW index (`vector_ip_ops`, partial on hot cards)
   are added by the first `PgCardIndex` that knows the encoder (`damc.runtime.pgindex`);
 * `damc_sessions` (message count and pending tool calls per scope + session), `damc_contexts` (the last built
@@ -22,6 +24,8 @@ Versions:
     2. `damc_events`, back-filled from what v1 rows record (`damc.runtime.schema.backfilled_events`).
     3. conversation identity: `damc_session_messages` (each session's hash chain: one row per ingested message,
        its digest and chain value) and `damc_sessions.view` (`damc.runtime.pgsessions`), as SQLite's schema 4.
+    4. `damc_cards.emb_digest`: the embedding is keyed by content too, as SQLite's schema 5 (v3 vectors have no
+       digest and match by `emb_seq` alone).
 """
 
 from __future__ import annotations
@@ -35,8 +39,8 @@ from damc.runtime.store import StoreError
 
 logger = logging.getLogger(__name__)
 
-PG_SCHEMA_VERSION = 3   # 1: cards / sessions / contexts / meta, the vector column added by the index; 2: events;
-#                         3: session hash chains
+PG_SCHEMA_VERSION = 4   # 1: cards / sessions / contexts / meta, the vector column added by the index; 2: events;
+#                         3: session hash chains; 4: the embedding's text digest
 LOCK_KEY = 0x44414D43   # pg_advisory_xact_lock key ("DAMC") held while creating or changing the layout
 MAX_EF_SEARCH = 1000    # pgvector's upper bound for hnsw.ef_search
 
@@ -63,12 +67,15 @@ CREATE TABLE IF NOT EXISTS damc_cards (
     data TEXT NOT NULL,
     emb_seq BIGINT,
     emb_model TEXT,
+    emb_digest TEXT,
     UNIQUE (user_id, agent_id, card_id)
 );
 CREATE INDEX IF NOT EXISTS damc_cards_scope_tier ON damc_cards (user_id, agent_id, tier, rowid);
 CREATE INDEX IF NOT EXISTS damc_cards_scope_session ON damc_cards (user_id, agent_id, session_id, tier, position);
 CREATE INDEX IF NOT EXISTS damc_cards_scope_pinned ON damc_cards (user_id, agent_id, rowid) WHERE pinned AND tier = 'hot';
 CREATE INDEX IF NOT EXISTS damc_cards_unembedded ON damc_cards (rowid) WHERE tier = 'hot' AND emb_seq IS DISTINCT FROM seq;
+ALTER TABLE damc_cards ADD COLUMN IF NOT EXISTS emb_digest TEXT;
+CREATE INDEX IF NOT EXISTS damc_cards_emb_digest ON damc_cards (emb_digest) WHERE emb_digest IS NOT NULL;
 CREATE TABLE IF NOT EXISTS damc_sessions (
     user_id TEXT NOT NULL,
     agent_id TEXT NOT NULL DEFAULT '',
@@ -146,6 +153,12 @@ def migrate_v2_to_v3(c: Any) -> None:
     create(c)
 
 
+def migrate_v3_to_v4(c: Any) -> None:
+    """Add `damc_cards.emb_digest` and its index (idempotent; stored vectors are kept and match by `emb_seq` as
+    before)."""
+    create(c)   # `ALTER TABLE damc_cards ADD COLUMN IF NOT EXISTS emb_digest` and its index
+
+
 def create(c: Any) -> None:
     """Create the current layout, statement by statement (every one `IF NOT EXISTS`)."""
     for stmt in SCHEMA.split(";"):
@@ -153,7 +166,7 @@ def create(c: Any) -> None:
             c.execute(stmt)
 
 # from version -> function(conn) bringing it to version + 1, inside `open_schema`'s transaction
-PG_MIGRATIONS: dict[int, Any] = {1: migrate_v1_to_v2, 2: migrate_v2_to_v3}
+PG_MIGRATIONS: dict[int, Any] = {1: migrate_v1_to_v2, 2: migrate_v2_to_v3, 3: migrate_v3_to_v4}
 
 
 def open_schema(c: Any, where: str) -> tuple[str, int | None]:

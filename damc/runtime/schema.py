@@ -15,6 +15,11 @@ Versions:
        row per ingested message: its digest and the chain value), `sessions.view` the caller's latest list as
        store indices after a trimmed/compacted history re-synced (NULL: the stored order). v3 sessions have no
        chain rows; their first later call adopts the caller's messages as the chain.
+    5. the embedding cache is keyed by content too: `embeddings.digest` (indexed) is a hash of the scope and the
+       text that was embedded (`damc.runtime.index.text_digest`), so a card whose text its scope embedded before
+       — a repeated identical tool call, a card re-written unchanged — gets that vector instead of being embedded
+       again. v4
+       rows have no digest (NULL): they match by row and `seq` alone, as before.
 """
 
 from __future__ import annotations
@@ -31,8 +36,8 @@ class StoreError(RuntimeError):
     """The store file cannot be used (not SQLite, damaged, locked past the busy timeout, a newer schema); the
     message names the file. Raised by `damc.runtime.store.CardStore` (also importable from there)."""
 
-SCHEMA_VERSION = 4  # 1: no scopes; 2: every row carries (user_id, agent_id), card ids unique per scope; 3: events;
-#                    4: per-session message hash chains (conversation identity)
+SCHEMA_VERSION = 5  # 1: no scopes; 2: every row carries (user_id, agent_id), card ids unique per scope; 3: events;
+#                    4: per-session message hash chains (conversation identity); 5: embedding cache keyed by content
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
@@ -65,7 +70,8 @@ CREATE TABLE IF NOT EXISTS embeddings (
     card_rowid INTEGER PRIMARY KEY,
     seq INTEGER NOT NULL,
     model TEXT NOT NULL,
-    vector BLOB NOT NULL
+    vector BLOB NOT NULL,
+    digest TEXT
 );
 CREATE TABLE IF NOT EXISTS sessions (
     user_id TEXT NOT NULL DEFAULT 'default',
@@ -123,6 +129,15 @@ def create(c: sqlite3.Connection) -> None:
     for stmt in SCHEMA.split(";"):
         if stmt.strip():
             c.execute(stmt)
+    _embedding_digests(c)
+
+
+def _embedding_digests(c: sqlite3.Connection) -> None:
+    """The content key of the embedding cache (schema 5): `embeddings.digest` and its index, added if missing (an
+    older `embeddings` table survives `CREATE TABLE IF NOT EXISTS`)."""
+    if "digest" not in {row[1] for row in c.execute("PRAGMA table_info(embeddings)")}:
+        c.execute("ALTER TABLE embeddings ADD COLUMN digest TEXT")
+    c.execute("CREATE INDEX IF NOT EXISTS embeddings_digest ON embeddings (digest)")
 
 
 def stored_version(c: sqlite3.Connection) -> int | None:
@@ -193,7 +208,14 @@ def migrate_v3_to_v4(c: sqlite3.Connection) -> None:
     c.execute("UPDATE schema_version SET version = 4")
 
 
-MIGRATIONS = {1: migrate_v1_to_v2, 2: migrate_v2_to_v3, 3: migrate_v3_to_v4}  # from version -> to version + 1
+def migrate_v4_to_v5(c: sqlite3.Connection) -> None:
+    """Add `embeddings.digest` and its index inside the caller's transaction (idempotent; existing vectors are
+    kept, with no digest: they still match by row and `seq`)."""
+    _embedding_digests(c)
+    c.execute("UPDATE schema_version SET version = 5")
+
+
+MIGRATIONS = {1: migrate_v1_to_v2, 2: migrate_v2_to_v3, 3: migrate_v3_to_v4, 4: migrate_v4_to_v5}  # from version -> to version + 1
 
 
 def chunks(ids: Sequence[Any], n: int = 900) -> Iterator[list[Any]]:

@@ -11,8 +11,9 @@ Durability and concurrency:
   either the whole batch or none of it.
 * A monotonically increasing `seq` is bumped on every card insert/update/tier change; the index
   records the highest `seq` it has seen, so staleness is one integer comparison.
-* Card embeddings are cached in the `embeddings` table (keyed by card rowid, `seq` and model), so a
-  missing or corrupt FAISS file is rebuilt from SQLite without re-encoding.
+* Card embeddings are cached in the `embeddings` table (one row per card: its `seq`, the model, the vector and
+  the digest of the embedded text), so a missing or corrupt FAISS file is rebuilt from SQLite without
+  re-encoding, and a card whose text was embedded before (a repeated identical tool call) is not embedded again.
 * `schema_version` records the layout (`damc.runtime.schema`); an older store is migrated on open, a newer
   one raises.
 
@@ -345,12 +346,16 @@ class CardStore(StoreVerbsMixin, sessions.SessionChains):
 
     # ------------------------------------------------------------------ embeddings
 
-    def put_embeddings(self, rows: Sequence[tuple[int, int]], vectors: np.ndarray, model: str) -> None:
-        """Cache embeddings for `(rowid, seq)` rows (float32, one row per card)."""
+    def put_embeddings(self, rows: Sequence[tuple[int, int]], vectors: np.ndarray, model: str,
+                       digests: Sequence[str | None] | None = None) -> None:
+        """Cache embeddings for `(rowid, seq)` rows (float32, one row per card), each with the digest of the text
+        it embeds (`damc.runtime.index.text_digest`; None: matched by `seq` alone)."""
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        digests = list(digests) if digests is not None else [None] * len(rows)
         with self.transaction() as c:
-            c.executemany("INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?, ?)",
-                          [(r, s, model, vectors[i].tobytes()) for i, (r, s) in enumerate(rows)])
+            c.executemany("INSERT OR REPLACE INTO embeddings (card_rowid, seq, model, vector, digest) "
+                          "VALUES (?, ?, ?, ?, ?)",
+                          [(r, s, model, vectors[i].tobytes(), digests[i]) for i, (r, s) in enumerate(rows)])
 
     def get_embeddings(self, rows: Sequence[tuple[int, int]], model: str, dim: int) -> dict[int, np.ndarray]:
         """Cached embeddings whose seq and model still match, by rowid."""
@@ -361,6 +366,17 @@ class CardStore(StoreVerbsMixin, sessions.SessionChains):
             for r, s, m, blob in self._query(q, chunk):
                 if s == want[r] and m == model and len(blob) == 4 * dim:
                     out[r] = np.frombuffer(blob, dtype=np.float32)
+        return out
+
+    def embeddings_by_digest(self, digests: Sequence[str], model: str, dim: int) -> dict[str, np.ndarray]:
+        """Cached embeddings of these scoped texts (`damc.runtime.index.text_digest`, which keys the scope) under
+        `model`, from any row that holds one: a text its scope embedded once is not embedded again."""
+        out: dict[str, np.ndarray] = {}
+        for chunk in _chunks(sorted(set(digests))):
+            q = f"SELECT digest, vector FROM embeddings WHERE digest IN ({','.join('?' * len(chunk))}) AND model = ?"
+            for d, blob in self._query(q, chunk + [model]):
+                if len(blob) == 4 * dim:
+                    out.setdefault(d, np.frombuffer(blob, dtype=np.float32))
         return out
 
     # ------------------------------------------------------------------ reads

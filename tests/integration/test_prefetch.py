@@ -3,6 +3,8 @@
 `RuntimeCandidates.prefetch` — the same candidates, ages and features as before, with the episode's texts
 embedded in one call."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from conftest import small_episode
@@ -10,6 +12,8 @@ from conftest import small_episode
 from damc.episodes import decision_points
 from damc.runtime.encoder import CachedEncoder
 from damc.teacher.candidates import RuntimeCandidates, shared_encoder
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Counting:
@@ -139,8 +143,9 @@ def _repeated_call_conversation():
 
 @pytest.mark.parametrize("memo", [0, 1024])
 def test_the_runtime_does_not_embed_a_card_rewritten_unchanged_again(onnx, memo):
-    """A repeated identical tool call re-writes its card (a new position, a new `seq`): with the index's text memo
-    (`IndexConfig.encode_memo`, default on) the unchanged document is not embedded a second time."""
+    """A repeated identical tool call writes a card whose text an earlier card holds: neither with the index's text
+    memo (`IndexConfig.encode_memo`, default on) nor without it (the store's embedding cache is keyed by content)
+    is that document embedded a second time."""
     from damc.runtime.index import IndexConfig
     from damc.runtime.memory import DecisionAwareMemory
 
@@ -156,8 +161,26 @@ def test_the_runtime_does_not_embed_a_card_rewritten_unchanged_again(onnx, memo)
     call_docs = [t for t in seen if "lookup_order" in t and not t.startswith("user:")]
     assert call_docs, seen
     assert len(set(call_docs)) == 1                       # one document ...
-    assert len(call_docs) == (1 if memo else 2), call_docs  # ... embedded once with the memo, twice without
+    assert len(call_docs) == 1, call_docs                 # ... embedded once, with the memo or without
     m.close()
+
+
+def test_the_embedding_cache_bench_counts_what_the_content_key_saves(tmp_path):
+    """`scripts/bench_embed_cache.py` replays a conversation turn by turn with no in-process memo: the repeated
+    identical tool call is a card version a row-keyed cache would embed, and the content key does not."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    from damc.cards import encode_messages
+    from damc.query import card_document
+
+    spec = importlib.util.spec_from_file_location("bench_embed_cache", ROOT / "scripts" / "bench_embed_cache.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    msgs = _repeated_call_conversation()
+    out = bench.replay([SimpleNamespace(messages=msgs, episode_id="e")], tmp_path)
+    texts = {card_document(c) for c in encode_messages(msgs[:8], "e")}
+    assert out["embedded"] == len(texts) < out["rows"] == out["cards"], (out, texts)
 
 
 def test_an_erasure_empties_the_index_text_memo(onnx):

@@ -122,6 +122,32 @@ def test_index_encoder_change_rebuilds_and_embeddings_are_cached(filled):
     assert idx.last_rebuild_reason.startswith("encoder changed") and enc2.n == 41
 
 
+def test_schema_4_embedding_cache_opens_at_5_and_keeps_its_vectors(filled):
+    """A v4 store (embeddings without a text digest) migrates in place: the vectors stay and still match by seq,
+    so rebuilding the index embeds nothing."""
+    import sqlite3
+
+    store, path = filled
+    CardIndex(store, "minilm-l6", path).sync()
+    store.close()
+    c = sqlite3.connect(store.path)
+    c.execute("DROP INDEX embeddings_digest")
+    c.execute("ALTER TABLE embeddings DROP COLUMN digest")
+    c.execute("UPDATE schema_version SET version = 4")
+    c.commit()
+    c.close()
+    store = CardStore(store.path)
+    assert store.schema_version == SCHEMA_VERSION == 5
+    assert "embeddings_digest" in {r[0] for r in store._query("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert store._query("SELECT count(*), count(digest) FROM embeddings") == [(40, 0)]
+    path.unlink()
+    idx = CardIndex(store, "minilm-l6", path)
+    idx.sync()
+    assert idx.ntotal == 40 and idx.last_rebuild_reason == "missing"
+    assert store._query("SELECT count(*), count(digest) FROM embeddings") == [(40, 0)]   # from the cache, by seq
+    store.close()
+
+
 def test_ivf_index_type(tmp_path):
     store = CardStore(tmp_path / "c.db")
     store.add_cards(_cards(300), "s")

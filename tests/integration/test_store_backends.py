@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from test_store import _cards  # the same cards as the SQLite-only tests
 
-from damc.cards import encode_messages
+from damc.cards import Card, encode_messages
 from damc.runtime.scope import Scope
 from damc.runtime.store import CardStore, StoreError
 
@@ -317,6 +317,63 @@ def test_pg_encoder_mismatch_is_refused_until_rebuild(pg_url):
     other.index.rebuild("switch encoder")
     assert other.index.ntotal == 1 and other.index.search_text("order 88412", 5, other.scope)[0].size == 1
     other.close()
+
+
+class CountingEncoder(HashEncoder):
+    """`HashEncoder` that records every text it embeds (the index's one-text dimension probe aside)."""
+
+    def __init__(self):
+        self.texts: list[str] = []
+
+    def encode(self, texts, **kw):
+        self.texts += [t for t in texts if t != "dimension probe"]
+        return super().encode(texts, **kw)
+
+
+def test_a_text_embedded_once_is_not_embedded_again_in_its_scope(where, tmp_path):
+    """The embedding cache is keyed by content: a card re-written with the same text (a new `seq`) and a new card
+    whose text a card of the same scope already holds (a repeated identical tool call) are not embedded again — by
+    a fresh index, as another process or worker would open it, with no in-process memo — while a changed text is,
+    and so is the same text in another scope (the digest keys the scope: no scope learns from its latency what
+    another stored). Every vector stays its card's own."""
+    from damc.query import card_document
+    from damc.runtime.index import IndexConfig
+
+    def index_of(enc):
+        if where.startswith("postgresql://"):
+            from damc.runtime.pgindex import PgCardIndex
+
+            return PgCardIndex(store, enc)
+        from damc.runtime.index import CardIndex
+
+        return CardIndex(store, enc, tmp_path / "c.faiss", IndexConfig(encode_memo=0, save_interval_s=0))
+
+    store = open_store(where)
+    cards = _cards(6)
+    store.add_cards(cards, "s")
+    first = CountingEncoder()
+    index_of(first).sync()
+    assert len(first.texts) == 6
+    old = {sc.card.card_id: sc for sc in store.all_cards("hot")}
+    changed = Card.from_dict({**cards[3].to_dict(), "result": {"order_id": "80003", "state": "refunded"}})
+    repeat = Card.from_dict({**cards[4].to_dict(), "card_id": "s:repeat", "position": 99})
+    store.add_cards(cards[:3] + [changed, repeat], "s")               # three unchanged, one changed, one repeat
+    store.add_cards([cards[5]], "s", scope=Scope("bob"))               # a text alice holds, in bob's scope
+    now = {(sc.scope.user_id, sc.card.card_id): sc for sc in store.all_cards("hot", None)}
+    assert all(now["default", c.card_id].seq > old[c.card_id].seq for c in cards[:4])
+    second = CountingEncoder()
+    idx = index_of(second)
+    idx.sync()
+    assert sorted(second.texts) == sorted([card_document(changed), card_document(cards[5])])
+    rows = [(sc.rowid, sc.seq) for sc in now.values()]
+    want = HashEncoder().encode([card_document(sc.card) for sc in now.values()])
+    np.testing.assert_allclose(idx.vectors_for(rows), want, atol=1e-6)   # each card's own vector
+    third = CountingEncoder()
+    idx = index_of(third)
+    assert idx.sync() == 0
+    np.testing.assert_allclose(idx.vectors_for(rows), want, atol=1e-6)
+    assert third.texts == []
+    store.close()
 
 
 def test_pg_scoped_search_never_starves_a_small_scope(pg_url):
