@@ -163,8 +163,8 @@ class Tau2Domain:
     version: str
 
     def fresh_environment(self) -> Any:
-        """A tau2 environment over a fresh deep copy of the loaded database (db.json is not read again)."""
-        return self.environment.get_environment(db=copy.deepcopy(self.db))  # no pickle anywhere in the data path
+        """A tau2 environment over a fresh copy of the loaded database (db.json is not read again; `fresh_db`)."""
+        return self.environment.get_environment(db=fresh_db(self.db))
 
     def schema(self, tool: str) -> dict[str, Any]:
         """The OpenAI schema of one tool (raises Tau2DataError for a tool the domain lacks)."""
@@ -173,6 +173,16 @@ class Tau2Domain:
                 return t
         raise Tau2DataError(f"tau2 {self.name}: no tool {tool!r}; tools are "
                             f"{', '.join(t['function']['name'] for t in self.tools)}")
+
+
+def fresh_db(db: Any) -> Any:
+    """An independent copy of a τ²-bench database, equal to it field by field: a pydantic model is dumped to plain
+    Python data and validated back (a new object tree, nothing shared with `db`; about 3x faster than
+    `copy.deepcopy`, which walks pydantic's own `__deepcopy__` for every record: retail 0.045 vs 0.137 s, airline
+    0.14 vs 0.46 s, once per replayed task); anything else is deep-copied. No pickle anywhere in the data path."""
+    if hasattr(db, "model_dump") and hasattr(type(db), "model_validate"):
+        return type(db).model_validate(db.model_dump())
+    return copy.deepcopy(db)
 
 
 # ----------------------------------------------------------------------------- package access

@@ -110,6 +110,19 @@ def test_each_task_gets_a_fresh_database(retail):
     assert json.loads(again.messages[-1]["content"])["status"] == "exchange requested"
 
 
+def test_a_fresh_database_equals_the_loaded_one_and_shares_nothing_with_it(retail, airline):
+    """`fresh_db` (dump + validate, no pickle) copies field by field and shares no object with the loaded database:
+    a write to the copy, deep inside a record, leaves the loaded one as it was."""
+    for dom, table, key in ((retail, "orders", "#W2378156"), (airline, "reservations", "4WQ150")):
+        copy_ = tau2.fresh_db(dom.db)
+        assert copy_ == dom.db and copy_ is not dom.db
+        record = getattr(copy_, table)[key]
+        assert record is not getattr(dom.db, table)[key] and record == getattr(dom.db, table)[key]
+        field = next(k for k, v in record.__dict__.items() if isinstance(v, list) and v)   # a nested list
+        getattr(record, field).clear()
+        assert getattr(getattr(dom.db, table)[key], field) and copy_ != dom.db
+
+
 def test_errors_are_kept(retail_eps):
     ep = retail_eps["46"]
     errs = ep.metadata["tool_errors"]
