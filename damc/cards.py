@@ -108,6 +108,12 @@ class Card:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def to_json(self) -> str:
+        """The card as compact JSON (what the stores write): `json.dumps(self.to_dict())` byte for byte, without
+        `asdict`'s deep copy of every payload (a fifth of a long conversation's ingest time)."""
+        return json.dumps({k: getattr(self, k) for k in self.__dataclass_fields__}, ensure_ascii=False,
+                          separators=(",", ":"))
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Card":
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})

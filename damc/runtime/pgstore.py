@@ -86,7 +86,7 @@ class PgConfig:
 
 
 def _dumps(card: Card) -> str:
-    return json.dumps(card.to_dict(), ensure_ascii=False, separators=(",", ":"))
+    return card.to_json()
 
 
 def _redact(url: str) -> str:

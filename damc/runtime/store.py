@@ -111,7 +111,7 @@ def parse_time(ts: str | None) -> float | None:
 
 
 def _dumps(card: Card) -> str:
-    return json.dumps(card.to_dict(), ensure_ascii=False, separators=(",", ":"))
+    return card.to_json()
 
 
 class CardStore(StoreVerbsMixin, sessions.SessionChains):

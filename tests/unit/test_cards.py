@@ -107,3 +107,19 @@ def test_fact_cards_are_the_converters_searchable_cards():
                                      ("e:2:0", "order\nid\nW123\ntotal\n348.0"), (None, "orphan W123"), (None, "")]
     assert key_card_ids("e", msgs, {2: ["#W123"], 5: [348, "zz"], 9: ["W123"]}) == (
         {"2": ["e:1"], "5": ["e:2:0"]}, {"2": ["#W123"], "5": [348]})
+
+
+def test_to_json_is_the_json_of_to_dict_byte_for_byte():
+    """The stores write `Card.to_json()`; it must be exactly `json.dumps(to_dict())` (compact, unicode kept) on every
+    shipped sample's cards — nested payloads, errors, None fields, non-ASCII text — and round-trip."""
+    from pathlib import Path
+
+    from damc.episodes import load_episodes
+
+    samples = sorted((Path(__file__).resolve().parents[2] / "data" / "samples").glob("*_sample.jsonl"))
+    cards = [c for p in samples if "labels" not in p.name for ep in load_episodes(p) for c in encode_episode(ep)]
+    cards.append(Card("u:1", "u", 1, "user", "user", "café ✓ \u2028 \"q\"", meta={"a": [1, {"b": None}]}))
+    assert len(cards) > 50 and any(c.error for c in cards) and any(isinstance(c.result, dict) for c in cards)
+    for c in cards:
+        assert c.to_json() == json.dumps(c.to_dict(), ensure_ascii=False, separators=(",", ":"))
+        assert Card.from_dict(json.loads(c.to_json())) == c
