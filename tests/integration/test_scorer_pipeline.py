@@ -329,10 +329,10 @@ def test_two_process_ddp_training_on_cpu(tmp_path):
     assert log.count("dev fidelity") == 1                         # ... only rank 0 evaluated and wrote
 
 
-def test_train_fraction_keeps_the_dev_split(tmp_path):
+def test_train_fraction_keeps_the_dev_split(tmp_path, run_dir):
     from damc.scorer.train import main
 
-    a = main(_train_cfg(tmp_path / "all", "logger=none", "trainer.max_steps=1"))
+    a = json.loads((run_dir / "metrics.json").read_text())   # the module's run: the same labels and split settings
     b = main(_train_cfg(tmp_path / "half", "logger=none", "trainer.max_steps=1", "data.train_fraction=0.5"))
     assert b["split"]["dev_decisions"] == a["split"]["dev_decisions"]
     assert b["split"]["train_decisions"] == max(1, round(0.5 * a["split"]["train_decisions"]))
