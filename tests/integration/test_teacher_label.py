@@ -60,10 +60,11 @@ def test_label_main_writes_the_label_dataset(episodes_file, tmp_path):
 
 
 def test_ablation_estimator_through_config(episodes_file, tmp_path):
-    s = main(cfg_for(episodes_file, tmp_path / "abl", "estimator=ablation", "estimator.n_samples=4",
+    s = main(cfg_for(episodes_file, tmp_path / "abl", "estimator=ablation", "estimator.n_samples=2",
                      "max_decisions=5"))
     ds = load_labels(tmp_path / "abl")
-    assert set(ds["estimator"]) == {"ablation"} and s["forward_passes"] == 5 * s["decisions"]
+    assert set(ds["estimator"]) == {"ablation"} and s["decisions"] >= 1
+    assert s["forward_passes"] == 3 * s["decisions"]          # the full context and 2 sampled ablations each
 
 
 def test_loi_margin_estimator_through_config(episodes_file, tmp_path):
