@@ -21,7 +21,7 @@ def test_demo_pipeline_runs_every_stage_and_resumes(tmp_path, capsys):
     out = tmp_path / "demo"
     overrides = [
         f"out_dir={out}", "data.n_episodes=10", "label.n_episodes=2", "label.calls_per_episode=4",
-        "label.overrides=['data.tool_calls_only=true','memory.max_candidates=4']",     # the teacher's passes: the cost
+        "label.overrides=['data.tool_calls_only=true','memory.max_candidates=2']",     # the teacher's passes: the cost
         "train.overrides=['trainer=tiny','logger=none','model.max_length=96','data.max_cards=6','data.dev_fraction=0.5']",
         "evaluate.policies=[window,bm25,damc,oracle]", "evaluate.budgets=[256]",
         "evaluate.overrides=['max_decisions=1','data.tool_calls_only=true','n_boot=50']"]
