@@ -424,7 +424,7 @@ def _fill_pg(where: str, enc: Any, x: np.ndarray, owner: np.ndarray, names: list
     `HNSW_BUILD`'s memory and parallel workers, then VACUUM ANALYZE. Row-by-row inserts (`add_cards`) took 68 s per
     100k cards on the loaded 2-core box, so 1M cards need the bulk path to fit a benchmark run."""
     from damc.cards import Card
-    from damc.runtime.pgstore import PgConfig, _dumps
+    from damc.runtime.pgstore import PgConfig
     from damc.runtime.storage import open_storage
 
     store, index = open_storage(where, enc, store_config=PgConfig(statement_timeout_ms=0))
@@ -441,7 +441,7 @@ def _fill_pg(where: str, enc: Any, x: np.ndarray, owner: np.ndarray, names: list
             for i in range(len(x)):
                 name = names[int(owner[i])]
                 card = Card(f"{name}:{i}", name, int(i), "user", "user", f"note {i}")
-                cp.write_row((name, "", card.card_id, name, i, "user", now, i + 1, _dumps(card), x[i], i + 1, enc.name))
+                cp.write_row((name, "", card.card_id, name, i, "user", now, i + 1, card.to_json(), x[i], i + 1, enc.name))
         c.execute("SELECT setval('damc_seq', %s)", (len(x),))
     timings["cards_and_vectors_copy_s"] = round(time.perf_counter() - t, 1)
     t = time.perf_counter()

@@ -45,6 +45,11 @@ logger = logging.getLogger(__name__)
 MAX_EF_SEARCH = 1000    # pgvector's upper bound for hnsw.ef_search
 
 
+def _as_array(vec: Any) -> np.ndarray:
+    """A stored pgvector value as float32 numpy (pgvector's Python type, or a plain sequence)."""
+    return np.asarray(vec.to_numpy() if hasattr(vec, "to_numpy") else vec, dtype=np.float32)
+
+
 class PgCardIndex(CardIndex):
     """The vector index of a `PgCardStore`: embeddings in the cards table, searched by pgvector (HNSW or exact).
 
@@ -142,8 +147,7 @@ class PgCardIndex(CardIndex):
         while True:
             with self.store.transaction() as c:
                 rows = c.execute("SELECT rowid, seq, data, user_id, agent_id FROM damc_cards WHERE tier = 'hot' AND "
-                                 "emb_seq IS DISTINCT "
-                                 "FROM seq ORDER BY rowid LIMIT %s FOR UPDATE SKIP LOCKED",
+                                 "emb_seq IS DISTINCT FROM seq ORDER BY rowid LIMIT %s FOR UPDATE SKIP LOCKED",
                                  (self.store.config.embed_batch,)).fetchall()
                 if not rows:
                     return n
@@ -158,7 +162,7 @@ class PgCardIndex(CardIndex):
 
         docs = {r: card_document(Card.from_dict(json.loads(d))) for r, _, d, _, _ in rows}
         digests = {r: text_digest(docs[r], u, a) for r, _, _, u, a in rows}
-        known = {d: np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float32) for d, v in c.execute(
+        known = {d: _as_array(v) for d, v in c.execute(
             "SELECT DISTINCT ON (emb_digest) emb_digest, embedding FROM damc_cards WHERE emb_digest = ANY(%s) AND "
             "emb_model = %s AND embedding IS NOT NULL", (sorted(set(digests.values())), self.model_name)).fetchall()}
         todo = {digests[r]: docs[r] for r, *_ in rows if digests[r] not in known}   # each new text once
@@ -183,7 +187,7 @@ class PgCardIndex(CardIndex):
                 "SELECT rowid, seq, emb_seq, embedding, data, user_id, agent_id FROM damc_cards WHERE rowid = ANY(%s)",
                 (list(want),)):
             if vec is not None and es == s == want[r]:
-                got[r] = np.asarray(vec.to_numpy() if hasattr(vec, "to_numpy") else vec, dtype=np.float32)
+                got[r] = _as_array(vec)
             else:
                 stale.append((r, s, data, u, a))
         if stale:

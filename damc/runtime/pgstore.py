@@ -85,10 +85,6 @@ class PgConfig:
     check_connection: bool = True
 
 
-def _dumps(card: Card) -> str:
-    return card.to_json()
-
-
 def _redact(url: str) -> str:
     """The URL without its password (for messages)."""
     if "@" not in url or "://" not in url:
@@ -221,7 +217,7 @@ class PgCardStore(PgStoreVerbsMixin, PgSessionChains):
             return []
         params = [(scope.user_id, scope.agent_key, card.card_id, session_id, card.position, card.kind,
                    bool(pinned[j]) if pinned is not None else False, card.n_tokens,
-                   parse_time(card.timestamp) or now, _dumps(card)) for j, card in enumerate(cards)]
+                   parse_time(card.timestamp) or now, card.to_json()) for j, card in enumerate(cards)]
         rowids = []
         with c.cursor() as cur:
             cur.executemany(

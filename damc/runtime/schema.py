@@ -18,8 +18,7 @@ Versions:
     5. the embedding cache is keyed by content too: `embeddings.digest` (indexed) is a hash of the scope and the
        text that was embedded (`damc.runtime.index.text_digest`), so a card whose text its scope embedded before
        — a repeated identical tool call, a card re-written unchanged — gets that vector instead of being embedded
-       again. v4
-       rows have no digest (NULL): they match by row and `seq` alone, as before.
+       again. v4 rows have no digest (NULL): they match by row and `seq` alone, as before.
 """
 
 from __future__ import annotations
@@ -215,7 +214,8 @@ def migrate_v4_to_v5(c: sqlite3.Connection) -> None:
     c.execute("UPDATE schema_version SET version = 5")
 
 
-MIGRATIONS = {1: migrate_v1_to_v2, 2: migrate_v2_to_v3, 3: migrate_v3_to_v4, 4: migrate_v4_to_v5}  # from version -> to version + 1
+# from version -> to version + 1
+MIGRATIONS = {1: migrate_v1_to_v2, 2: migrate_v2_to_v3, 3: migrate_v3_to_v4, 4: migrate_v4_to_v5}
 
 
 def chunks(ids: Sequence[Any], n: int = 900) -> Iterator[list[Any]]:

@@ -110,10 +110,6 @@ def parse_time(ts: str | None) -> float | None:
     return dt.timestamp()
 
 
-def _dumps(card: Card) -> str:
-    return card.to_json()
-
-
 class CardStore(StoreVerbsMixin, sessions.SessionChains):
     """Cards in SQLite (WAL, one transaction per write batch, hot/cold tiers, one scope per row).
 
@@ -245,7 +241,7 @@ class CardStore(StoreVerbsMixin, sessions.SessionChains):
                 "pinned=max(pinned, excluded.pinned), n_tokens=excluded.n_tokens, seq=excluded.seq, "
                 "data=excluded.data RETURNING rowid",
                 (scope.user_id, scope.agent_key, card.card_id, session_id, card.position, card.kind, pin,
-                 card.n_tokens, t, seq0 + j, _dumps(card)),
+                 card.n_tokens, t, seq0 + j, card.to_json()),
             ).fetchone()
             rowids.append(row[0])
         return rowids
