@@ -32,6 +32,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -281,6 +282,39 @@ def _gguf_cache_dir(name: str, gguf_path: Path) -> Path:
     return cache_dir() / "models" / f"{name}-{key}"
 
 
+@contextlib.contextmanager
+def _gguf_parsed_once() -> Any:
+    """Within a conversion, each GGUF file is parsed once and gguf's tensor-name map built once per architecture.
+
+    transformers parses the file's metadata anew for the tokenizer, the config and the weights (`GGUFReader`: ~10 s
+    each for SmolLM2's 49k-token vocabulary and 48k merges on a 2-core AVX2 box) and rebuilds the name map for every
+    module of the model (397 times for SmolLM2, ~10 s). Both are read-only, so the conversion memoises them: the
+    readers by path, the map by its arguments (docs/benchmarks.md has the figures). Where gguf lacks either name,
+    the calls run as they are."""
+    try:
+        import gguf
+    except ImportError:
+        yield
+        return
+    reader_cls, name_map = getattr(gguf, "GGUFReader", None), getattr(gguf, "get_tensor_name_map", None)
+    if reader_cls is None or name_map is None:
+        yield
+        return
+    readers: dict[tuple[str, str], Any] = {}
+
+    def reader(path: Any, mode: str = "r") -> Any:
+        key = (os.fspath(path), mode)
+        if key not in readers:
+            readers[key] = reader_cls(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.lru_cache(maxsize=None)(name_map)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader_cls, name_map
+
+
 def _converted_gguf(name: str, gguf_path: Path) -> Path:
     """Dequantise a GGUF into an HF directory under the cache, once (keyed by file size and mtime)."""
     out = _gguf_cache_dir(name, gguf_path)
@@ -295,8 +329,9 @@ def _converted_gguf(name: str, gguf_path: Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
     try:
-        tok = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
-        model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+        with _gguf_parsed_once():
+            tok = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+            model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
         # The tensors are already dequantised; drop the GGUF "quantizer" marker so the model saves as plain HF.
         model.hf_quantizer = None
         model.is_quantized = False

@@ -6,6 +6,7 @@ import os
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from damc import models
@@ -32,10 +33,23 @@ def test_missing_package_names_install_command(monkeypatch):
 
 @pytest.mark.slow
 def test_gguf_converted_once_and_cached(tmp_path, monkeypatch):
+    import gguf
+
     monkeypatch.setenv("DAMC_CACHE", str(tmp_path))
+    parsed = []
+
+    class CountingReader(gguf.GGUFReader):
+        def __init__(self, path, *args, **kwargs):
+            parsed.append(os.fspath(path))
+            super().__init__(path, *args, **kwargs)
+
+    monkeypatch.setattr(gguf, "GGUFReader", CountingReader)
     t0 = time.perf_counter()
     p1 = Path(resolve_model("smollm2-135m"))
     first = time.perf_counter() - t0
+    # tokenizer, config and weights read one parse of the file (transformers alone parses it three times)
+    assert parsed == [str(models.packaged_path("smollm2-135m"))]
+    assert gguf.GGUFReader is CountingReader    # the conversion's memo is gone once it is done
     assert (p1 / "config.json").exists() and (p1 / "model.safetensors").exists()
     assert p1.is_relative_to(tmp_path)
     mtime = os.path.getmtime(p1 / "model.safetensors")
@@ -59,6 +73,32 @@ def test_gguf_converted_once_and_cached(tmp_path, monkeypatch):
         assert tok.encode(text) == from_gguf.encode(text) and tok.eos_token == from_gguf.eos_token
     finally:
         models.load_tokenizer.cache_clear()
+
+
+def test_the_conversion_memo_is_scoped_and_keyed_by_file(tmp_path):
+    """Inside `_gguf_parsed_once` one reader per file and one name map per architecture; outside, gguf as it was."""
+    import gguf
+
+    paths = []
+    for i in range(2):
+        w = gguf.GGUFWriter(str(tmp_path / f"m{i}.gguf"), "llama")
+        w.add_block_count(2)
+        w.add_tensor("token_embd.weight", np.full((4, 3), i, dtype="float32"))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        paths.append(tmp_path / f"m{i}.gguf")
+    reader_cls, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    with models._gguf_parsed_once():
+        a, b, c = gguf.GGUFReader(paths[0]), gguf.GGUFReader(str(paths[0])), gguf.GGUFReader(paths[1])
+        assert a is b and a is not c
+        assert float(c.tensors[0].data.max()) == 1.0 and float(a.tensors[0].data.max()) == 0.0
+        arch = gguf.MODEL_ARCH.LLAMA
+        assert gguf.get_tensor_name_map(arch, 2) is gguf.get_tensor_name_map(arch, 2)
+        assert gguf.get_tensor_name_map(arch, 2).get_name("model.layers.1.self_attn.q_proj") == "blk.1.attn_q"
+    assert gguf.GGUFReader is reader_cls and gguf.get_tensor_name_map is name_map
+    assert gguf.GGUFReader(paths[0]) is not gguf.GGUFReader(paths[0])
 
 
 # --- split GGUFs (Qwen2.5-Coder parts): real registry entries, fake part files at monkeypatched locations ---
