@@ -293,11 +293,9 @@ def _gguf_parsed_once() -> Any:
     the calls run as they are."""
     try:
         import gguf
-    except ImportError:
-        yield
-        return
-    reader_cls, name_map = getattr(gguf, "GGUFReader", None), getattr(gguf, "get_tensor_name_map", None)
-    if reader_cls is None or name_map is None:
+
+        reader_cls, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    except (ImportError, AttributeError):
         yield
         return
     readers: dict[tuple[str, str], Any] = {}

@@ -28,15 +28,15 @@ def convert(model: str, cache: str, memo: bool) -> tuple[float, Path]:
     from damc import models
 
     os.environ["DAMC_CACHE"] = cache
-    plain = contextlib.nullcontext
-    with contextlib.ExitStack() as stack:
-        if not memo:   # transformers alone: the memo replaced by a context that does nothing
-            saved = models._gguf_parsed_once
-            models._gguf_parsed_once = plain
-            stack.callback(setattr, models, "_gguf_parsed_once", saved)
+    saved = models._gguf_parsed_once
+    if not memo:   # transformers alone: the memo replaced by a context that does nothing
+        models._gguf_parsed_once = contextlib.nullcontext
+    try:
         t0 = time.perf_counter()
         path = Path(models.resolve_model(model))
         return time.perf_counter() - t0, path
+    finally:
+        models._gguf_parsed_once = saved
 
 
 def main(argv: list[str] | None = None) -> dict:
