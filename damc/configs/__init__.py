@@ -61,8 +61,8 @@ def as_spelled_before(cfg: Any) -> dict[str, Any]:
     """A composed config (`DictConfig`, resolved) as a plain dict laid out as the YAML files spelled it before the
     schemas: `memory` holds `memory_fingerprint`'s keys in the old order (evaluate: first, `max_scored` leading),
     make_data's `tau2` comes last (without `tools` at its default, `all`), label's `prefetch` is left out (when texts
-    are embedded changes no label). The pipeline's stage fingerprints hash
-    this view, so the stages of a study or demo run made before still count as done
+    are embedded changes no label), and so is evaluate's `shard` at its default (every decision). The pipeline's
+    stage fingerprints hash this view, so the stages of a study or demo run made before still count as done
     (`damc.pipeline.stages.fingerprint`)."""
     from omegaconf import OmegaConf
 
@@ -80,6 +80,8 @@ def as_spelled_before(cfg: Any) -> dict[str, Any]:
             del plain["tau2"]["tools"]
     if "estimator" in plain and "shard_size" in plain:   # label.yaml: `prefetch` (added later) changes no label
         plain.pop("prefetch", None)
+    if "policies" in plain and plain.get("shard") == {"index": 0, "count": 1}:   # evaluate.yaml: `shard` (added
+        plain.pop("shard")                                                       # later) at its default: every decision
     return plain
 
 

@@ -15,7 +15,11 @@ the files of its scorer / labels): a rerun skips records whose fingerprint still
 others, so a killed run resumes where it stopped and a changed setting never silently reuses old records.
 A policy or LLM call that raises is recorded as failed for that decision only. Besides accuracy, a scored record
 holds `gold_logprob_per_token` (the gold's mean log-prob per token under that prompt: the gold log-likelihood gain's
-input) and message policies' `truncated` (`full` cut at the decision LLM's window).
+input) and message policies' `truncated` (`full` cut at the decision LLM's window), and every record names the
+decision LLM and where it ran (`decision_llm`, `llm_setup`).
+
+`shard.index` / `shard.count` split the decisions between runs on several machines (whole episodes, round-robin);
+`scripts/merge_records.py` (`damc.eval.merge`) joins their records into one results directory.
 
 `score=false` is the selection-only mode: the same prompts through the same runtime path, measured (kept cards,
 key hit and recall, candidate recall, confuser rate, prompt tokens, overhead) without the decision LLM — only its
@@ -59,7 +63,7 @@ from damc.eval.policies import (
     Setting,
     make_policy,
 )
-from damc.eval.records import RecordLog, fingerprints
+from damc.eval.records import RecordLog, file_digest, fingerprints
 from damc.eval.results import NO_BUDGET, aggregate, results_table, write_results
 from damc.facts import confuser_values, gold_values, holds_any
 from damc.models import DEFAULT_ENCODER
@@ -93,6 +97,15 @@ class DecisionLLM:
     def name(self) -> str:
         return str(getattr(self.backend, "model_id", None) or getattr(self.backend, "name", None)
                    or type(self.backend).__name__)
+
+    @property
+    def setup(self) -> str:
+        """Where and in what precision the decision LLM runs (`cpu float32`, `cuda:0 bfloat16`; a server: its
+        URL): written into every record, so records merged from several machines say where each came from."""
+        device, dtype = getattr(self.backend, "device", None), getattr(self.backend, "dtype", None)
+        if device is not None and dtype is not None:
+            return f"{device} {str(dtype).removeprefix('torch.')}"
+        return str(getattr(self.backend, "url", None) or type(self.backend).__name__)
 
     def prompt_tokens(self, messages: Sequence[dict[str, str]]) -> int:
         """Tokens of the templated prompt (generation prompt included)."""
@@ -219,7 +232,27 @@ def select_decisions(episodes: Sequence[Episode], cfg: Any, count_tokens: Any) -
     if cfg.max_decisions and len(out) > cfg.max_decisions:
         keep = set(random.Random(cfg.seed).sample(range(len(out)), cfg.max_decisions))
         out = [d for i, d in enumerate(out) if i in keep]
-    return out
+    shard = cfg.get("shard") or {}
+    return shard_decisions(out, int(shard.get("index", 0)), int(shard.get("count", 1)))
+
+
+def shard_decisions(decisions: list[Decision], index: int, count: int) -> list[Decision]:
+    """This run's part of the decisions when `count` runs share them (`shard.index` of `shard.count`): whole
+    episodes, dealt round-robin in the data's order (one memory per episode stays in one run; shards differ in size by
+    one episode at most). Taken after the filters and the `max_decisions` sample, so the shards of one setting are
+    disjoint and together hold exactly the unsharded run's decisions; `scripts/merge_records.py` joins their records.
+
+    Raises:
+        ValueError: `count` < 1 or `index` outside [0, count).
+    """
+    if count < 1 or not 0 <= index < count:
+        raise ValueError(f"shard.index={index} shard.count={count}: expected count >= 1 and 0 <= index < count "
+                         f"(e.g. shard.index=0 shard.count=4 for the first of four runs)")
+    if count == 1:
+        return decisions
+    order = list(dict.fromkeys(d.dp.episode.episode_id for d in decisions))
+    mine = {e for i, e in enumerate(order) if i % count == index}
+    return [d for d in decisions if d.dp.episode.episode_id in mine]
 
 
 # ----------------------------------------------------------------------------- policies and settings
@@ -359,7 +392,8 @@ def evaluate_unit(unit: Unit, d: Decision, view: DecisionView, env: PolicyEnv, l
                            "kind": unit.policy.kind, "decision_id": d.decision_id, "episode_id": dp.episode.episode_id,
                            "index": dp.index, "is_tool_call": dp.is_tool_call, "key_card_ids": dp.key_card_ids,
                            "history_key_ids": d.history_key_ids, "memory_matters": bool(d.history_key_ids),
-                           "n_cards": len(d.cards), "fingerprint": unit.fingerprint}
+                           "n_cards": len(d.cards), "fingerprint": unit.fingerprint,
+                           "decision_llm": llm.name, "llm_setup": llm.setup}
     try:
         out = unit.policy.build(view, s, env, memory=memory, valuer=valuer)
         hit = score_prompt(out, d, llm, cache, bool(cfg.exact_match), bool(cfg.get("score", True)))
@@ -499,7 +533,8 @@ def main(cfg: Any) -> dict[str, Any]:
             if any(not log.done(u.name, u.key, d.decision_id, u.fingerprint, cfg.retry_failed) for d in eps for u in units):
                 run_episode(sorted(eps, key=lambda d: d.dp.index), units, valuers, env, llm, log, cfg, bar, encoder)
     config = OmegaConf.to_container(cfg, resolve=True)
-    config.update(decision_llm=llm.name, hardware=hardware())
+    config.update(decision_llm=llm.name, llm_setup=llm.setup, data_digest=file_digest(cfg.data.path),
+                  scorer_digest=file_digest(cfg.get("scorer")), hardware=hardware())
     current = {RecordLog.key(u.name, u.key, d.decision_id) for d in decisions for u in units}
     results = aggregate([r for k, r in log.records.items() if k in current], [d.decision_id for d in decisions],
                         [u.name for u in units], config, n_boot=cfg.n_boot, seed=cfg.seed)

@@ -24,14 +24,18 @@ from damc.pipeline.study import Study
 
 
 def run_study(cfg: Any) -> dict[str, Any]:
-    """Every stage of the study profile `cfg`; writes and prints `<out_dir>/report.md`."""
+    """Every stage of the study profile `cfg`; writes and prints `<out_dir>/report.md`. With `dry_run=true`:
+    compose every stage's config (a bad override fails here, before any work) and print the plan; run nothing."""
+    if cfg.get("dry_run"):
+        return plan_study(cfg)
     study = Study(cfg)
     t0 = time.perf_counter()
     study.data()
     labels = study.labels()
-    scorer = study.train_export(labels)
-    curve = study_curve(study, labels, (study.out / "run", scorer, study.exported))
-    evals = study.evaluate(scorer, labels)
+    given = study.given_student()   # `student:` names a scorer (e.g. the shipped one): nothing to train
+    scorer = given or study.train_export(labels)
+    curve = "" if given else study_curve(study, labels, (study.out / "run", scorer, study.exported))
+    evals = study.evaluate(scorer, None if given else labels)
     if cfg.evaluate.get("test", True):
         text = report({n: e["results"] for n, e in evals.items()}, policy="damc",
                       operating={n: e["operating"] for n, e in evals.items() if e["operating"]})
@@ -49,6 +53,19 @@ def run_study(cfg: Any) -> dict[str, Any]:
     atomic_write_text(study.out / "report.md", text)
     print(text + f"\nreport: {study.out / 'report.md'} (total {time.perf_counter() - t0:.0f} s)", flush=True)
     return {"evaluations": evals, "timings_s": study.timings, "report": str(study.out / "report.md")}
+
+
+def plan_study(cfg: Any) -> dict[str, Any]:
+    """The stages `run_study` would run, composed and fingerprinted but not run: `{"stages": [(key, overrides)]}`,
+    printed one per line."""
+    study = Study(cfg, dry_run=True)
+    study.data()
+    labels = study.labels()
+    given = study.given_student()
+    study.evaluate(given or study.train_export(labels), None if given else labels)
+    for key, overrides in study.planned:
+        print(f"[{key}] {' '.join(overrides)}", flush=True)
+    return {"stages": study.planned, "student": str(given) if given else None}
 
 
 def stage_times(study: Study) -> str:

@@ -48,6 +48,7 @@ class Study:
     def __init__(self, cfg: Any, dry_run: bool = False):
         self.cfg = cfg
         self.dry_run = dry_run   # compose and fingerprint every stage, run none (`damc.pipeline.ship`'s check)
+        self.planned: list[tuple[str, list[str]]] = []   # (stage key, overrides) of every stage composed
         self.out = Path(cfg.out_dir)
         self.stages_dir = self.out / "stages"
         self.before = ""
@@ -72,6 +73,7 @@ class Study:
         stage_cfg = compose_stage(config_name, overrides)
         fp = fingerprint(key, stage_cfg, self.before)
         self.before = fp
+        self.planned.append((key, list(overrides)))
         if self.dry_run:
             return None
         if is_done(self.stages_dir, key, fp):
@@ -122,7 +124,31 @@ class Study:
         self.exported = self.before      # the fingerprint the study's student was exported under
         return scorer
 
-    def evaluate(self, scorer: Path, labels: Path) -> dict[str, Any]:
+    def given_student(self) -> Path | None:
+        """The scorer `student:` names instead of training one (`shipped`: the package's default scorer); None
+        when the study trains its own.
+
+        Raises:
+            FileNotFoundError: the named directory holds no exported scorer (`damc_scorer.json`).
+        """
+        name = self.cfg.get("student")
+        if not name:
+            return None
+        if str(name) == "shipped":
+            from damc.runtime.default_scorer import default_scorer_dir
+
+            path = default_scorer_dir()
+            if path is None:
+                raise FileNotFoundError("study: student=shipped, but this install has no default scorer "
+                                        "(damc/assets/scorer): reinstall damc, or name an exported scorer directory")
+            return path
+        path = Path(str(name))
+        if not (path / "damc_scorer.json").exists():
+            raise FileNotFoundError(f"study: student={name}: no damc_scorer.json there; expected a directory "
+                                    f"written by scripts/export.py (or `shipped`)")
+        return path
+
+    def evaluate(self, scorer: Path, labels: Path | None) -> dict[str, Any]:
         """Each dataset: the dev sweep (when it has a dev split) → operating points → the test split."""
         from damc.episodes import atomic_write_text, load_episodes
         from damc.eval.results import operating_points
@@ -137,7 +163,9 @@ class Study:
                 res = self.run_stage(f"evaluate.{name}.dev", "evaluate", [
                     f"data.path={dev}", f"out_dir={self.out / 'eval' / name / 'dev'}", *common, *extra,
                     *[str(o) for o in ev.dev_overrides]])
-                ops[name] = operating_points(_results(res, self.out / "eval" / name / "dev"))
+                ops[name] = {} if self.dry_run else operating_points(_results(res, self.out / "eval" / name / "dev"))
+        if self.dry_run and not ev.get("test", True):
+            return {}
         if not ev.get("test", True):   # dev splits only (the profile chooses and reports on dev)
             return {f"{name} · dev": {"results": _results(None, self.out / "eval" / name / "dev"), "operating": o}
                     for name, o in ops.items()}
@@ -150,17 +178,17 @@ class Study:
             if chosen:
                 atomic_write_text(test_dir / "operating_points.json", json.dumps(
                     {"chosen_on": name if name in ops else ds.get("dev_from"), "points": chosen}, indent=2))
-            out[name] = {"results": _results(res, test_dir), "operating": chosen}
+            out[name] = {"results": {} if self.dry_run else _results(res, test_dir), "operating": chosen}
         out.update(self.second_llm(scorer, labels, out))
         return out
 
-    def _eval_overrides(self, scorer: Path, labels: Path, policies: Any) -> list[str]:
+    def _eval_overrides(self, scorer: Path, labels: Path | None, policies: Any) -> list[str]:
         """The evaluate overrides every split of the study shares: scorer, labels, `policies`, budgets, seed."""
         ev = self.cfg.evaluate
-        return [f"scorer={scorer}", f"labels_path={labels}", f"policies={override_value(policies)}",
+        return [f"scorer={scorer}", f"labels_path={labels or 'null'}", f"policies={override_value(policies)}",
                 f"budgets={override_value(ev.budgets)}", f"seed={self.cfg.seed}", *[str(o) for o in ev.overrides]]
 
-    def second_llm(self, scorer: Path, labels: Path, done: dict[str, Any]) -> dict[str, Any]:
+    def second_llm(self, scorer: Path, labels: Path | None, done: dict[str, Any]) -> dict[str, Any]:
         """`second_llm.model` on a seeded subset of each listed test split (so no conclusion rests on one 135M
         decision LLM): the same runtime path and scorer, fewer policies; reported at the first LLM's operating
         points under the title `<dataset> · <model>`."""
@@ -180,5 +208,6 @@ class Study:
                 *self._eval_overrides(scorer, labels, sec.policies), *[str(o) for o in ds.get("evaluate") or []],
                 f"llm.model={sec.model}", f"max_decisions={sec.max_decisions}"])
             ops = {p: s for p, s in (done[name]["operating"] or {}).items() if p in sec.policies}
-            out[f"{name} · {sec.model}"] = {"results": _results(res, test_dir), "operating": ops}
+            out[f"{name} · {sec.model}"] = {"results": {} if self.dry_run else _results(res, test_dir),
+                                            "operating": ops}
         return out

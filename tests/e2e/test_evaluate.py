@@ -278,6 +278,51 @@ def test_selection_only_builds_the_same_prompts_without_the_decision_llm(pipelin
         main(_eval_cfg(pipeline, tmp_path / "bad", "policies=[window,damc_teacher]", "score=false"))
 
 
+@pytest.mark.slow
+def test_shards_of_a_run_merge_back_into_that_run(pipeline, tmp_path):
+    """`shard.index`/`shard.count` split a run between machines; `merge_runs` joins them: the same records and the
+    same figures as the run made whole (selection only: the memory path, no decision LLM), and a decision recorded
+    by two runs is taken from one of them only."""
+    from damc.eval.harness import main
+    from damc.eval.merge import merge_runs
+
+    common = (f"data.path={pipeline['root'] / 'data' / 'train.jsonl'}", f"scorer={pipeline['scorer']}",
+              "policies=[window,bm25,damc,oracle]", "budgets=[256]", "data.tool_calls_only=true", "score=false",
+              "max_decisions=8", "progress=false", "n_boot=200")
+    whole = main(_compose("evaluate", f"out_dir={tmp_path / 'whole'}", *common))
+    for i in range(3):
+        main(_compose("evaluate", f"out_dir={tmp_path / f's{i}'}", *common, f"shard.index={i}", "shard.count=3"))
+    key = lambda r: (r["policy"], r["setting"], r["decision_id"])  # noqa: E731
+    shards = [{key(r): r for r in _records(tmp_path / f"s{i}")} for i in range(3)]
+    everything = {key(r): r for r in _records(tmp_path / "whole")}
+    assert all(shards) and sum(map(len, shards)) == len(everything) == 4 * 8
+    assert set().union(*shards) == set(everything)
+    episodes = [{r["episode_id"] for r in s.values()} for s in shards]
+    assert not (episodes[0] & episodes[1] or episodes[0] & episodes[2] or episodes[1] & episodes[2])
+
+    merged = merge_runs([tmp_path / f"s{i}" for i in range(3)], tmp_path / "merged", n_boot=200)
+    got = {key(r): r for r in _records(tmp_path / "merged")}
+    assert set(got) == set(everything)
+    for k, r in got.items():
+        for f in ("prompt_hash", "kept_card_ids", "key_in_candidates", "prompt_tokens", "llm_setup"):
+            assert r[f] == everything[k][f], (k, f)
+    assert set(merged["policies"]) == set(whole["policies"])
+    for name, e in whole["policies"].items():
+        for f in ("key_hit", "candidate_recall", "prompt_tokens", "n_decisions"):
+            assert merged["policies"][name][f] == e[f], (name, f)
+    info = json.loads((tmp_path / "merged" / "merge.json").read_text())
+    assert info["records"] == 32 and info["records_left_out"] == 0
+    assert [s["decisions_taken"] for s in info["sources"]] == [len(s) // 4 for s in shards]
+    assert "shard" not in merged["config"] and merged["config"]["data_digest"] == whole["config"]["data_digest"]
+
+    # the whole run again with one shard: the shard's decisions come from the whole run (given first), once each
+    merge_runs([tmp_path / "whole", tmp_path / "s1"], tmp_path / "again", n_boot=200)
+    again = _records(tmp_path / "again")
+    assert len(again) == len({key(r) for r in again}) == 32
+    info = json.loads((tmp_path / "again" / "merge.json").read_text())
+    assert info["records_left_out"] == len(shards[1]) and info["sources"][1]["decisions_taken"] == 0
+
+
 def test_field_lines_carry_the_values_the_template_drops_into_the_prompt(tmp_path):
     """render=fields through the runtime on real τ²-bench retail episodes (selection only): the oracle's prompt
     holds every history-only value of the gold, the template's loses some; the prompt-level metrics are recorded
