@@ -57,3 +57,28 @@ def test_a_named_student_must_be_an_exported_scorer(tmp_path):
                                   "dry_run=true"])
     with pytest.raises(FileNotFoundError, match=r"no damc_scorer\.json there.*scripts/export\.py"):
         run_study(cfg)
+
+
+def test_a_changed_student_reruns_the_evaluations(tmp_path):
+    """The named scorer's files join the stage fingerprint chain: a new default scorer is evaluated again rather
+    than found done."""
+    import shutil
+
+    from damc.pipeline.study import Study
+
+    student = tmp_path / "student"
+    shutil.copytree(default_scorer_dir(), student)
+
+    def chain() -> str:
+        study = Study(compose_stage("study", ["experiment=device_study", f"out_dir={tmp_path / 'out'}",
+                                              f"student={student}"]), dry_run=True)
+        study.data()
+        study.labels()
+        study.evaluate(study.given_student(), None)
+        return study.before
+
+    first = chain()
+    assert chain() == first                                   # same files: the same chain (stages found done)
+    meta = student / "damc_scorer.json"
+    meta.write_text(meta.read_text().replace('"threshold"', '"threshold" ', 1))
+    assert chain() != first
