@@ -45,7 +45,8 @@ rc=$?
 set -e
 echo "device_study: the study ran $(( $(date +%s) - t0 )) s (exit $rc)"
 if [ "$rc" = 124 ] || [ "$rc" = 130 ]; then
-  echo "device_study: stopped at LIMIT_S=$LIMIT_S s; every record so far is kept: rerun the same command to go on" >&2
+  why=$([ "$rc" = 124 ] && echo "stopped at LIMIT_S=$LIMIT_S s" || echo "interrupted")
+  echo "device_study: $why; every record so far is kept: rerun the same command to go on" >&2
 elif [ "$rc" != 0 ]; then
   exit "$rc"
 fi
