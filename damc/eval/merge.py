@@ -74,11 +74,11 @@ def _check_same(runs: Sequence[Path], values: Sequence[set[str]], what: str, hin
         raise MergeError(f"the runs differ in {what} ({listed}); {hint}")
 
 
-def choose_sources(per_run: Sequence[list[dict[str, Any]]]) -> tuple[list[dict[str, Any]], dict[str, int], int]:
+def choose_sources(per_run: Sequence[list[dict[str, Any]]]) -> tuple[list[dict[str, Any]], list[int], int]:
     """Pick each decision's records from one run (see the module docstring).
 
     Returns:
-        (chosen records, decisions taken from each run index as a str, records left out).
+        (chosen records, decisions taken from each run, records left out).
     """
     units: dict[str, set[str]] = {}          # decision → every policy@setting any run holds for it
     holds: list[dict[str, dict[str, dict[str, Any]]]] = []   # run → decision → unit → record
@@ -90,13 +90,13 @@ def choose_sources(per_run: Sequence[list[dict[str, Any]]]) -> tuple[list[dict[s
             units.setdefault(r["decision_id"], set()).add(unit)
         holds.append(by)
     chosen: list[dict[str, Any]] = []
-    taken = {str(i): 0 for i in range(len(per_run))}
+    taken = [0] * len(per_run)
     left_out = 0
     for decision, wanted in units.items():
         counts = [len(wanted & set(h.get(decision, {}))) for h in holds]
         best = max(range(len(holds)), key=lambda i: (counts[i], -i))   # a complete run first, else the fullest
         chosen.extend(holds[best][decision].values())
-        taken[str(best)] += 1
+        taken[best] += 1
         left_out += sum(counts) - counts[best]
     return chosen, taken, left_out
 
@@ -106,7 +106,7 @@ def merge_runs(runs: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
     """Merge the records of `runs` into `out_dir` (see the module docstring); returns the results dict.
 
     Raises:
-        MergeError: fewer than one run, a run without records, or runs of different decision LLMs or data.
+        MergeError: no run, a run without records, or runs of different decision LLMs, data or scorers.
     """
     from damc.episodes import atomic_write_text
 
@@ -120,18 +120,20 @@ def merge_runs(runs: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
     configs, per_run = [c for c, _ in loaded], [r for _, r in loaded]
     _check_same(paths, [{str(r["decision_llm"]) for r in recs} for recs in per_run], "decision LLM",
                 "merge only runs of one decision model (run the others into their own merged directory)")
-    _check_same(paths, [{c["data_digest"]} if c.get("data_digest") else set() for c in configs], "data file",
-                "every run must read the same episodes file (make it with the same make_data settings and seed)")
-    _check_same(paths, [{c["scorer_digest"]} if c.get("scorer_digest") else set() for c in configs], "scorer files",
-                "every run must evaluate the same exported scorer (the same `scorer=` directory contents)")
+    for key, what, hint in (
+            ("data_digest", "data file",
+             "every run must read the same episodes file (make it with the same make_data settings and seed)"),
+            ("scorer_digest", "scorer files",
+             "every run must evaluate the same exported scorer (the same `scorer=` directory contents)")):
+        _check_same(paths, [{c[key]} if c.get(key) else set() for c in configs], what, hint)
     chosen, taken, left_out = choose_sources(per_run)
-    decisions = list(dict.fromkeys(r["decision_id"] for r in sorted(chosen, key=lambda r: (r["episode_id"],
-                                                                                           r["index"]))))
+    in_order = sorted(chosen, key=lambda r: (r["episode_id"], r["index"]))
+    decisions = list(dict.fromkeys(r["decision_id"] for r in in_order))
     policies = list(dict.fromkeys(r["policy"] for recs in per_run for r in recs))
     sources = [{"run": str(p), "decision_llm": sorted({str(r["decision_llm"]) for r in recs}),
                 "llm_setup": sorted({str(r.get("llm_setup") or c.get("llm_setup") or "unknown") for r in recs}),
-                "records": len(recs), "decisions_taken": taken[str(i)]}
-               for i, (p, c, recs) in enumerate(zip(paths, configs, per_run))]
+                "records": len(recs), "decisions_taken": n}
+               for p, c, recs, n in zip(paths, configs, per_run, taken)]
     config = {**next((c for c in configs if c), {}), "merged_from": sources, "records_left_out": left_out}
     config.pop("shard", None)   # the first run's part: the merged results hold every run's
     out.mkdir(parents=True, exist_ok=True)

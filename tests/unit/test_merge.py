@@ -36,7 +36,7 @@ def test_each_decision_comes_from_one_run_the_first_complete_else_the_fullest():
     # e1: both complete, the first run given wins; e2: only the CPU run holds both of its policies; e3: CPU only
     assert by == {("e1:3", "window"): "gpu", ("e1:3", "damc"): "gpu", ("e1:3", "oracle"): "gpu",
                   ("e2:5", "window"): "cpu", ("e2:5", "damc"): "cpu", ("e3:1", "window"): "cpu"}
-    assert taken == {"0": 1, "1": 2}
+    assert taken == [1, 2]
     assert left_out == 3 + 1          # e1's three CPU records and e2's lone GPU record
     # no two runs' numerics in one decision, and no (policy, setting, decision) twice
     assert len({(r["policy"], r["setting"], r["decision_id"]) for r in chosen}) == len(chosen)
@@ -44,7 +44,7 @@ def test_each_decision_comes_from_one_run_the_first_complete_else_the_fullest():
         assert len({r["source"] for r in chosen if r["decision_id"] == d}) == 1
     # a tie in the number of policies held goes to the run given first
     chosen, taken, _ = choose_sources([[_rec("e9:1", "window", "a")], [_rec("e9:1", "damc", "b")]])
-    assert [r["source"] for r in chosen] == ["a"] and taken == {"0": 1, "1": 0}
+    assert [r["source"] for r in chosen] == ["a"] and taken == [1, 0]
 
 
 def test_runs_of_different_decision_models_or_data_are_refused(tmp_path):
