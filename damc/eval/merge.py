@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from damc.eval.records import RecordLog
+from damc.eval.records import records_by_key
 from damc.eval.results import aggregate, write_results
 
 
@@ -54,7 +54,7 @@ def load_run(run: str | os.PathLike) -> tuple[dict[str, Any], list[dict[str, Any
     if not path.exists():
         raise MergeError(f"{run}: no records.jsonl (expected a scripts/evaluate.py out_dir)")
     config = _run_config(run)
-    records = [r for r in RecordLog(path).records.values() if not r.get("failed")]
+    records = list(records_by_key(run).values())
     if not records:
         raise MergeError(f"{path}: no successful record to merge")
     for r in records:
