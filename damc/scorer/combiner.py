@@ -268,7 +268,9 @@ def _mean_spearman(rows: Any, pred: np.ndarray) -> float:
     from damc.ranking import spearman
 
     d = rows.assign(_pred=np.asarray(pred, dtype=float))
-    return float(np.nanmean([spearman(g["_pred"], g["delta"]) for _, g in d.groupby("decision_id")]))
+    rho = np.array([spearman(g["_pred"], g["delta"]) for _, g in d.groupby("decision_id")], dtype=float)
+    # NaN (no warning) when no decision has two distinct predictions and deltas: nothing to correlate
+    return float(np.mean(rho[np.isfinite(rho)])) if np.isfinite(rho).any() else float("nan")
 
 
 def fit_combiner(train: Any, train_student: Sequence[float], dev: Any | None = None,

@@ -370,3 +370,18 @@ def test_a_one_decision_lead_on_a_small_dev_split_does_not_outrank_a_fusion_with
     assert choose_variant(two, rho, list(VARIANTS))[0] == "student"
     below = {**base, "student": h(19, 9), "rank:student+bm25+cosine": h(19, 8), "all": h(14, 9)}
     assert choose_variant(below, rho, list(VARIANTS))[0] == "student"   # the fusion falls below cosine on b
+
+
+def test_mean_spearman_is_the_mean_over_decisions_and_nan_without_a_warning_when_none_ranks():
+    import warnings
+
+    from damc.scorer.combiner import _mean_spearman
+
+    rows = pd.DataFrame({"decision_id": ["a"] * 3 + ["b"] * 3 + ["c"] * 2,
+                         "delta": [0.1, 0.2, 0.3, 0.3, 0.2, 0.1, 0.5, 0.5]})   # c: constant deltas, no rank
+    assert _mean_spearman(rows, np.array([1, 2, 3, 1, 2, 3, 1, 2])) == pytest.approx((1.0 - 1.0) / 2)
+    assert _mean_spearman(rows, np.array([1, 2, 3, 3, 2, 1, 0, 1])) == pytest.approx(1.0)
+    flat = rows.assign(delta=0.2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                  # numpy's "Mean of empty slice" would raise here
+        assert np.isnan(_mean_spearman(flat, np.arange(8)))
