@@ -50,7 +50,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from damc.cards import Card, cards_before, encode_episode, token_counter
-from damc.episodes import DecisionPoint, Episode, decision_points, load_episodes, make_distractors
+from damc.episodes import (
+    DecisionPoint,
+    Episode,
+    atomic_write_text,
+    decision_points,
+    load_episodes,
+    make_distractors,
+)
 from damc.eval.metrics import exact_match, multiple_choice, prompt_values
 from damc.eval.policies import (
     POLICIES,
@@ -63,7 +70,7 @@ from damc.eval.policies import (
     Setting,
     make_policy,
 )
-from damc.eval.records import RecordLog, file_digest, fingerprints
+from damc.eval.records import RUN_CONFIG, RecordLog, file_digest, fingerprints
 from damc.eval.results import NO_BUDGET, aggregate, results_table, write_results
 from damc.facts import confuser_values, gold_values, holds_any
 from damc.models import DEFAULT_ENCODER
@@ -515,6 +522,11 @@ def main(cfg: Any) -> dict[str, Any]:
     decisions = select_decisions(load_episodes(cfg.data.path), cfg, llm.count_tokens)
     if not decisions:
         raise ValueError(f"no decisions in {cfg.data.path} pass the filters {dict(cfg.filters)}")
+    config = OmegaConf.to_container(cfg, resolve=True)
+    config.update(decision_llm=llm.name, llm_setup=llm.setup, data_digest=file_digest(cfg.data.path),
+                  scorer_digest=file_digest(cfg.get("scorer")), hardware=hardware())
+    # the run's provenance before its first record: a run stopped before results.json can still be merged and checked
+    atomic_write_text(out_dir / RUN_CONFIG, json.dumps({"config": config}, indent=2, ensure_ascii=False))
     log = RecordLog(out_dir / "records.jsonl")
     todo = sum(not log.done(u.name, u.key, d.decision_id, u.fingerprint, cfg.retry_failed)
                for d in decisions for u in units)
@@ -532,9 +544,6 @@ def main(cfg: Any) -> dict[str, Any]:
         for eps in by_episode.values():
             if any(not log.done(u.name, u.key, d.decision_id, u.fingerprint, cfg.retry_failed) for d in eps for u in units):
                 run_episode(sorted(eps, key=lambda d: d.dp.index), units, valuers, env, llm, log, cfg, bar, encoder)
-    config = OmegaConf.to_container(cfg, resolve=True)
-    config.update(decision_llm=llm.name, llm_setup=llm.setup, data_digest=file_digest(cfg.data.path),
-                  scorer_digest=file_digest(cfg.get("scorer")), hardware=hardware())
     current = {RecordLog.key(u.name, u.key, d.decision_id) for d in decisions for u in units}
     results = aggregate([r for k, r in log.records.items() if k in current], [d.decision_id for d in decisions],
                         [u.name for u in units], config, n_boot=cfg.n_boot, seed=cfg.seed)

@@ -2,9 +2,10 @@
 split across machines (`shard.index` / `shard.count`), a run resumed elsewhere, or a GPU machine's run
 (`scripts/device_study.sh`) joined with a CPU machine's.
 
-Every run must have been made by the same decision LLM (the records' `decision_llm`, else the run's
-`results.json`) on the same data file with the same scorer (the runs' `data_digest`, `scorer_digest`); otherwise
-`MergeError` says which run differs.
+Every run must have been made by the same decision LLM (the records' `decision_llm`, else the run's config) on the
+same data file with the same scorer (the runs' `data_digest`, `scorer_digest`); otherwise `MergeError` says which
+run differs. A run's config is its `results.json`'s, or for a run stopped before writing it, the
+`run_config.json` the harness writes as a run starts.
 The machines may differ in precision (a GPU's bf16, a CPU's fp32), so **each decision's records come from one
 run only**: the first run, in the order given, that holds a successful record of every policy setting any run
 holds for that decision; when none holds them all, the run holding the most (earliest on a tie). Paired
@@ -24,7 +25,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from damc.eval.records import records_by_key
+from damc.eval.records import RUN_CONFIG, records_by_key
 from damc.eval.results import aggregate, write_results
 
 
@@ -33,13 +34,16 @@ class MergeError(ValueError):
 
 
 def _run_config(run: Path) -> dict[str, Any]:
-    """The `config` of a run's results.json ({} when the run stopped before writing it)."""
-    try:
-        return json.loads((run / "results.json").read_text()).get("config") or {}
-    except FileNotFoundError:
-        return {}
-    except json.JSONDecodeError as e:
-        raise MergeError(f"{run / 'results.json'}: not valid JSON ({e}); rerun that run's evaluate to rewrite it")
+    """The `config` of a run's results.json, else of its run_config.json (written as the run starts, so a run
+    stopped before its results still names its data, model, scorer and hardware); {} when it has neither."""
+    for name in ("results.json", RUN_CONFIG):
+        try:
+            return json.loads((run / name).read_text()).get("config") or {}
+        except FileNotFoundError:
+            continue
+        except json.JSONDecodeError as e:
+            raise MergeError(f"{run / name}: not valid JSON ({e}); rerun that run's evaluate to rewrite it")
+    return {}
 
 
 def load_run(run: str | os.PathLike) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -61,7 +65,8 @@ def load_run(run: str | os.PathLike) -> tuple[dict[str, Any], list[dict[str, Any
         r.setdefault("decision_llm", config.get("decision_llm"))
         if not r["decision_llm"]:
             raise MergeError(f"{path}: record {r['policy']}@{r['setting']}|{r['decision_id']} does not name its "
-                             f"decision LLM and {run / 'results.json'} is missing: rerun the run to finish it")
+                             f"decision LLM and {run} has no results.json or {RUN_CONFIG}: rerun the run to "
+                             f"finish it")
     return config, records
 
 

@@ -12,6 +12,10 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
+# An out_dir's settings and provenance (the resolved config, decision LLM and its setup, data and scorer digests,
+# hardware), written as a run starts: a run stopped before results.json still says what made its records.
+RUN_CONFIG = "run_config.json"
+
 
 class RecordLog:
     """Append-only JSONL of per-decision records, fsync'd per record. On reopen, records are indexed by

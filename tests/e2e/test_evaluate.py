@@ -316,6 +316,12 @@ def test_shards_of_a_run_merge_back_into_that_run(pipeline, tmp_path):
     assert [s["decisions_taken"] for s in info["sources"]] == [len(s) // 4 for s in shards]
     assert "shard" not in merged["config"] and merged["config"]["data_digest"] == whole["config"]["data_digest"]
 
+    # a run stopped before its results (a time limit) is still described by the run_config.json it wrote first
+    (tmp_path / "s2" / "results.json").unlink()
+    merge_runs([tmp_path / "s2"], tmp_path / "partial", n_boot=200)
+    head = (tmp_path / "partial" / "results.md").read_text().splitlines()[2]
+    assert head.startswith(f"data: `{pipeline['root'] / 'data' / 'train.jsonl'}` · decision LLM: `") and "None" not in head
+
     # the whole run again with one shard: the shard's decisions come from the whole run (given first), once each
     merge_runs([tmp_path / "whole", tmp_path / "s1"], tmp_path / "again", n_boot=200)
     again = _records(tmp_path / "again")

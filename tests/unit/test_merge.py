@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from damc.eval.harness import shard_decisions
-from damc.eval.merge import MergeError, choose_sources, merge_runs
+from damc.eval.merge import MergeError, choose_sources, load_run, merge_runs
 
 
 def _rec(decision: str, policy: str, source: str, **extra) -> dict:
@@ -76,6 +76,27 @@ def test_runs_of_different_decision_models_or_data_are_refused(tmp_path):
 def _decisions(episodes: dict[str, int]) -> list:
     return [SimpleNamespace(dp=SimpleNamespace(episode=SimpleNamespace(episode_id=e), index=i), name=f"{e}:{i}")
             for e, n in episodes.items() for i in range(n)]
+
+
+def test_a_run_stopped_before_its_results_is_checked_and_described_by_its_run_config(tmp_path):
+    """A run stopped by its time limit has records but no results.json; the run_config.json the harness writes as
+    it starts names its data, scorer and hardware: the merge checks them and the merged results carry them."""
+    from damc.eval.records import RUN_CONFIG
+
+    done = _run(tmp_path, "done", [_rec("e1:3", "window", "done")],
+                {"data_digest": "d1", "data": {"path": "test.jsonl"}, "decision_llm": "qwen2.5-coder-1.5b"})
+    stopped = _run(tmp_path, "stopped", [_rec("e2:5", "window", "stopped")])
+    (stopped / RUN_CONFIG).write_text(json.dumps({"config": {"data_digest": "d2"}}))
+    with pytest.raises(MergeError, match=r"data file .*d1.*d2"):       # the stopped run's digest: its run_config
+        merge_runs([done, stopped], tmp_path / "out")
+    alone = _run(tmp_path, "alone", [_rec("e2:5", "window", "alone")])
+    (alone / RUN_CONFIG).write_text(json.dumps({"config": {"data_digest": "d1", "hardware": {"cuda": "NVIDIA H100"}}}))
+    assert load_run(alone)[0]["hardware"] == {"cuda": "NVIDIA H100"}    # the merged table's header reads it
+    (alone / "results.json").write_text(json.dumps({"config": {"data_digest": "d1", "hardware": {"cuda": None}}}))
+    assert load_run(alone)[0]["hardware"] == {"cuda": None}             # results.json, once written, comes first
+    (alone / "results.json").write_text("{")
+    with pytest.raises(MergeError, match="results.json: not valid JSON"):
+        load_run(alone)
 
 
 def test_shards_are_disjoint_whole_episodes_that_add_up_to_the_run():
