@@ -269,8 +269,9 @@ def _mean_spearman(rows: Any, pred: np.ndarray) -> float:
 
     d = rows.assign(_pred=np.asarray(pred, dtype=float))
     rho = np.array([spearman(g["_pred"], g["delta"]) for _, g in d.groupby("decision_id")], dtype=float)
+    rho = rho[np.isfinite(rho)]
     # NaN (no warning) when no decision has two distinct predictions and deltas: nothing to correlate
-    return float(np.mean(rho[np.isfinite(rho)])) if np.isfinite(rho).any() else float("nan")
+    return float(rho.mean()) if rho.size else float("nan")
 
 
 def fit_combiner(train: Any, train_student: Sequence[float], dev: Any | None = None,
