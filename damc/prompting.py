@@ -60,15 +60,16 @@ def neutralize_line(line: str) -> str:
     """A memory line made safe to fence: line breaks become spaces, other control/format characters (incl.
     bidi overrides, zero-width) are dropped, fence tags and chat-template special tokens get look-alike
     brackets (`‹memory_records›`, `‹|im_start|›`). Idempotent; printable text is otherwise unchanged."""
-    out = []
-    for ch in line:
-        if ch in _LINE_BREAKS:
-            out.append(" ")
-        elif unicodedata.category(ch) in ("Cc", "Cf", "Cs"):
-            continue
-        else:
-            out.append(ch)
-    text = _FENCE_RE.sub(lambda m: f"‹{m.group(1)}›", "".join(out))
+    text = line
+    if not line.isprintable():   # printable: no line break, control, format or surrogate character to drop
+        out = []
+        for ch in line:
+            if ch in _LINE_BREAKS:
+                out.append(" ")
+            elif unicodedata.category(ch) not in ("Cc", "Cf", "Cs"):
+                out.append(ch)
+        text = "".join(out)
+    text = _FENCE_RE.sub(lambda m: f"‹{m.group(1)}›", text)
     return _SPECIAL_RE.sub(lambda m: f"‹|{m.group(1)}|›" if m.group(1) is not None else
                            (f"‹{m.group(2)}›" if m.group(2) is not None else f"‹{m.group(3)}›"), text)
 

@@ -500,7 +500,20 @@ class CardIndex:
 
     def search_text(self, text: str, k: int, scope: Scope | None = DEFAULT_SCOPE,
                     session_id: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """`search` for a query text. A scope (or session) without a card returns nothing without embedding the
+        text: a conversation's first turn, with nothing stored yet, costs no encoder pass."""
+        if k <= 0 or not self.holds_any(scope, session_id):
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
         return self.search(self.query_vector(text), k, scope, session_id)
+
+    def holds_any(self, scope: Scope | None = DEFAULT_SCOPE, session_id: str | None = None) -> bool:
+        """Whether `search` could find a card of `scope` (and of its session `session_id` when given)."""
+        with self._lock:
+            if self._index is None:
+                self.sync()
+            if self._index.ntotal == 0:
+                return False
+            return scope is None or bool(self.members.mask(scope, session_id).any())
 
     def query_vector(self, text: str) -> np.ndarray:
         """The unit embedding of a query, `(dim,)`; the last one is kept, so a valuer reusing the search's

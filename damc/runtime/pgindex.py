@@ -205,6 +205,12 @@ class PgCardIndex(CardIndex):
 
     # ------------------------------------------------------------------ search
 
+    def holds_any(self, scope: Scope | None = DEFAULT_SCOPE, session_id: str | None = None) -> bool:
+        """Whether `search` could find a hot card of `scope` (and of its session `session_id` when given)."""
+        where, args = filters_sql(scope, "tier = 'hot'", session_id=session_id)
+        with self.store.transaction(read_only=True) as c:
+            return c.execute(f"SELECT 1 FROM damc_cards WHERE {where} LIMIT 1", args).fetchone() is not None
+
     def search(self, query_vec: np.ndarray, k: int, scope: Scope | None = DEFAULT_SCOPE,
                session_id: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-k rowids and cosine similarities among the hot cards of `scope` (and of its session `session_id`

@@ -78,17 +78,28 @@ class RuntimeCandidates:
         """Embed this episode's card documents and the decision queries of `decisions` in one batched call when
         the memory's encoder is a `CachedEncoder` (`shared_encoder`); returns how many texts were embedded (0
         otherwise). Texts the runtime then writes differently are simply embedded when it asks for them."""
-        from damc.query import episode_documents, render_decision_query
-
         enc = self.memory.index.encoder
         if not hasattr(enc, "prefetch"):
             return 0
-        tools = list(self.episode.tools or []) or None
-        texts = episode_documents(self.episode) + [render_decision_query(dp.context, tools) for dp in decisions]
-        return enc.prefetch(texts, batch_size=self.memory.index.config.encode_batch)
+        return enc.prefetch(prefetch_texts(self.episode, decisions), batch_size=self.memory.index.config.encode_batch)
+
+    @property
+    def encode_batch(self) -> int:
+        """Texts per encoder call of this runtime's index (`IndexConfig.encode_batch`)."""
+        return int(self.memory.index.config.encode_batch)
 
     def close(self) -> None:
         self.memory.close()
+
+
+def prefetch_texts(episode: Episode, decisions: Sequence[DecisionPoint] = ()) -> list[str]:
+    """What a runtime memory fed `episode` will embed: its card documents, and the decision query of each of
+    `decisions` that has a history (one without has no candidate to find: the runtime embeds no query there)."""
+    from damc.query import episode_documents, render_decision_query
+
+    tools = list(episode.tools or []) or None
+    return episode_documents(episode) + [render_decision_query(dp.context, tools) for dp in decisions
+                                         if dp.has_history]
 
 
 def shared_encoder(memory: dict[str, Any] | None = None) -> Any:

@@ -130,6 +130,26 @@ def test_small_budget_drops_for_budget():
     assert any(d.reason == "budget" for d in ctx.dropped)
 
 
+def test_a_first_turn_embeds_no_query_and_a_later_one_does():
+    """Nothing stored for the conversation yet: no candidate to find, so the query costs no encoder pass; once
+    the store holds cards, the query is embedded and the similarity search finds them."""
+    mem = DecisionAwareMemory(None, valuer="heuristic")
+    mem.index.sync()                       # the index is built (and the encoder's dimension probed) first
+    embedded: list[str] = []
+    encode = mem.index.encode
+    mem.index.encode = lambda texts: embedded.extend(texts) or encode(texts)
+    first = mem.build_context([{"role": "user", "content": "Where is order 88412?"}], tools=TOOLS, session_id="a")
+    assert first.selected == [] and embedded == []
+    assert mem.index.holds_any(mem._scope(None, None)) is False
+    msgs = conversation(2)
+    ctx = mem.build_context(msgs, tools=TOOLS, session_id="a")
+    assert ctx.selected and any("88412" in t for t in embedded)            # the cards, then the query
+    assert mem.index.holds_any(mem._scope(None, None), "a") and not mem.index.holds_any(mem._scope(None, None), "b")
+    n = len(embedded)
+    other = mem.build_context([{"role": "user", "content": "Where is order 88412?"}], tools=TOOLS, session_id="b")
+    assert other.selected == [] and len(embedded) == n                      # session b holds nothing: no query
+
+
 def test_field_compressor_from_the_config_writes_every_id_into_the_prompt():
     """`MemoryConfig.compressor="fields"`: the kept tool card's line holds ids the template cuts (list items after
     the third); an unknown name is refused at construction."""

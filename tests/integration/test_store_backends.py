@@ -151,6 +151,9 @@ def test_archive_and_merge_never_return_cold_or_foreign_cards(memory_at):
     alice_rows = {sc.rowid for sc in mem.store.all_cards("hot", Scope("alice"))}
     ids, _ = mem.index.search(q, 50, Scope("alice"), "s1")
     assert set(map(int, ids)) == alice_rows and len(alice_rows) == 5
+    # a scope or session without cards is answered before any query is embedded (`search_text`)
+    assert mem.index.holds_any(Scope("alice"), "s1") and not mem.index.holds_any(Scope("alice"), "s2")
+    assert not mem.index.holds_any(Scope("carol")) and mem.index.search_text("order 88412", 5, Scope("carol"))[0].size == 0
     merged = mem.merge_similar(0.9)
     assert len(merged) == 1 and sorted(merged[0].meta["merged_from"]) == [f"s1:{2 * i + 1}:0" for i in range(4)]
     ids, _ = mem.index.search(q, 50, Scope("alice"), "s1")
@@ -160,6 +163,7 @@ def test_archive_and_merge_never_return_cold_or_foreign_cards(memory_at):
     archived = mem.archive(min_age_s=0, max_value=1.0, keep_pinned=False, now=4e9)
     assert sorted(archived) == sorted(["s1:0", merged[0].card_id])
     assert mem.index.search(q, 50, Scope("alice"), "s1")[0].size == 0 and len(mem) == 0
+    assert not mem.index.holds_any(Scope("alice"), "s1") and mem.index.holds_any(Scope("bob"), "s1")
     assert mem.store.count("hot", Scope("bob")) == 5                           # bob untouched
     assert len(mem.index.search(q, 50, Scope("bob"), "s1")[0]) == 5
     mem.close()
