@@ -75,24 +75,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--episodes", type=Path, default=ROOT / "data" / "samples" / "synthetic_sample.jsonl")
     ap.add_argument("--estimator", default="grounded", help="grounded (no model) | loi | ... (configs/estimator/)")
     ap.add_argument("--max-decisions", type=int, default=None)
+    ap.add_argument("--variants", nargs="+", default=["runtime", "memo", "prefetch"],
+                    choices=["runtime", "memo", "prefetch"], help="which to run (the first is the baseline)")
     args = ap.parse_args(argv)
     if not args.episodes.exists():
         ap.error(f"--episodes {args.episodes}: no such file (make one with scripts/make_data.py)")
     runs: dict[str, dict[str, Any]] = {}
-    variants = ("runtime", "memo", "prefetch")
+    variants = tuple(dict.fromkeys(args.variants))
     with tempfile.TemporaryDirectory(prefix="damc-bench-labels-") as tmp:
         for v in variants:
             runs[v] = label_run(args.episodes.resolve(), Path(tmp) / v, args.estimator, args.max_decisions, v)
-        same = {v: same_rows(Path(tmp) / "runtime", Path(tmp) / v) for v in variants[1:]}
+        same = {v: same_rows(Path(tmp) / variants[0], Path(tmp) / v) for v in variants}
     identical = all(ok for ok, _ in same.values())
-    base = runs["runtime"]["wall_s"]
+    base = runs[variants[0]]["wall_s"]
     print(f"{'variant':<9} {'decisions':>9} {'rows':>7} {'wall s':>8} {'decisions/s':>12} {'speed-up':>9}")
     for v, r in runs.items():
         n = r.get("planned_decisions", 0)
         print(f"{v:<9} {n:>9} {r.get('total_rows', 0):>7} {r['wall_s']:>8.1f} {n / r['wall_s']:>12.2f} "
               f"{base / r['wall_s']:>8.2f}x")
     result = {"episodes": str(args.episodes), "estimator": args.estimator,
-              "planned_decisions": runs["runtime"].get("planned_decisions"), "rows": same["prefetch"][1],
+              "planned_decisions": runs[variants[0]].get("planned_decisions"), "rows": same[variants[0]][1],
               "identical_rows": identical, **{f"wall_s_{v}": round(r["wall_s"], 2) for v, r in runs.items()},
               **{f"speedup_{v}": round(base / runs[v]["wall_s"], 2) for v in variants[1:]}}
     print(f"identical rows in every variant: {identical}")

@@ -31,7 +31,6 @@ import importlib.util
 import json
 import logging
 import os
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -216,7 +215,6 @@ class CachedEncoder:
         self.max_items = max_items
         self.remember_misses = remember_misses
         self._memo: dict[str, np.ndarray] = {}
-        self._lock = threading.Lock()     # a label run prefetches the next episode in a thread while this one asks
         self.hits = 0
         self.misses = 0
 
@@ -224,12 +222,11 @@ class CachedEncoder:
         return int(self.inner.get_sentence_embedding_dimension())
 
     def _store(self, texts: Sequence[str], vecs: np.ndarray) -> None:
-        with self._lock:
-            for t, v in zip(texts, vecs):
-                self._memo.pop(t, None)
-                self._memo[t] = v
-            while len(self._memo) > self.max_items:
-                self._memo.pop(next(iter(self._memo)))
+        for t, v in zip(texts, vecs):
+            self._memo.pop(t, None)
+            self._memo[t] = v
+        while len(self._memo) > self.max_items:
+            self._memo.pop(next(iter(self._memo)))
 
     def _embed(self, texts: list[str], batch_size: int) -> np.ndarray:
         """Unit-norm embeddings of `texts` from the inner encoder, `(n, dim)` float32."""
@@ -239,8 +236,7 @@ class CachedEncoder:
 
     def prefetch(self, texts: Sequence[str], batch_size: int = 64) -> int:
         """Embed the texts not memoised yet (unique, one batched call); returns how many were embedded."""
-        with self._lock:
-            todo = list(dict.fromkeys(t for t in texts if t not in self._memo))[: self.max_items]
+        todo = list(dict.fromkeys(t for t in texts if t not in self._memo))[: self.max_items]
         if todo:
             self._store(todo, self._embed(todo, batch_size))
         return len(todo)
@@ -253,11 +249,10 @@ class CachedEncoder:
                                      normalize_embeddings=False, show_progress_bar=show_progress_bar, **kw)
         single = isinstance(texts, str)
         texts = [texts] if single else list(texts)
-        with self._lock:
-            found = {t: self._memo[t] for t in texts if t in self._memo}
-            missing = list(dict.fromkeys(t for t in texts if t not in found))
-            self.hits += sum(t in found for t in texts)
-            self.misses += len(missing)
+        found = {t: self._memo[t] for t in texts if t in self._memo}
+        missing = list(dict.fromkeys(t for t in texts if t not in found))
+        self.hits += sum(t in found for t in texts)
+        self.misses += len(missing)
         if missing:
             vecs = self._embed(missing, batch_size)
             found.update(zip(missing, vecs))

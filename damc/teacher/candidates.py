@@ -83,11 +83,6 @@ class RuntimeCandidates:
             return 0
         return enc.prefetch(prefetch_texts(self.episode, decisions), batch_size=self.memory.index.config.encode_batch)
 
-    @property
-    def encode_batch(self) -> int:
-        """Texts per encoder call of this runtime's index (`IndexConfig.encode_batch`)."""
-        return int(self.memory.index.config.encode_batch)
-
     def close(self) -> None:
         self.memory.close()
 

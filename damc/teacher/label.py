@@ -31,7 +31,6 @@ import logging
 import os
 import random
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Sequence, TypeVar
 
@@ -39,11 +38,6 @@ import numpy as np
 
 from damc.episodes import DecisionPoint, atomic_write_text, decision_points, load_episodes
 from damc.labels import LabelRow, labelled_decision_ids, write_shard
-
-# With `prefetch=true`, embed the next episode's texts in a background thread while this one is labelled (the encoder
-# releases the GIL, so the run's Python work and its encoder overlap); False: each episode's texts when it starts
-# (scripts/bench_labels.py times both).
-PREFETCH_AHEAD = True
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -273,7 +267,7 @@ def _label_all(cfg: Any, mine: list[tuple[int, DecisionPoint]], teacher: Any, es
     from omegaconf import OmegaConf
     from tqdm import tqdm
 
-    from damc.teacher.candidates import RuntimeCandidates, prefetch_texts, shared_encoder
+    from damc.teacher.candidates import RuntimeCandidates, shared_encoder
 
     shard_dir, prog_dir = out / "shards", out / "progress"
     memory_cfg = OmegaConf.to_container(cfg.memory, resolve=True)
@@ -282,50 +276,29 @@ def _label_all(cfg: Any, mine: list[tuple[int, DecisionPoint]], teacher: Any, es
     first, runtime = None, None
     model_free = not getattr(estimator, "needs_teacher", True)
     encoder = shared_encoder(memory_cfg) if mine else None      # loaded once, not once per episode
-    prefetch = bool(cfg.get("prefetch", True)) and hasattr(encoder, "prefetch")
-    pool = ThreadPoolExecutor(1, thread_name_prefix="damc-prefetch") if prefetch and PREFETCH_AHEAD else None
-    ahead: dict[int, Future] = {}    # position in `mine` of an episode's first decision -> its texts' prefetch
-
-    def episode_at(n: int) -> tuple[Any, list[DecisionPoint]]:
-        """The episode whose decisions start at `mine[n]`, and those of them the run embeds a query for."""
-        ep = mine[n][1].episode
-        run = takewhile(lambda od: od[1].episode.episode_id == ep.episode_id, mine[n:])
-        return ep, [d for _, d in run if d.is_tool_call or not model_free]
-
     bar = tqdm(mine, desc=f"label[{rank}]", unit="decision", disable=not show_progress or not mine)
-    try:
-        for n, (ordinal, dp) in enumerate(bar):
-            if runtime is None or runtime.episode.episode_id != dp.episode.episode_id:
-                if runtime is not None:
-                    runtime.close()
-                # no teacher (grounded): the memory counts chars/4 — no effect on the candidates (nothing is packed)
-                runtime = RuntimeCandidates(dp.episode, getattr(teacher, "tokenizer", None), memory_cfg, encoder)
-                if prefetch:   # the episode's cards and queries embedded in one batched call
-                    if n in ahead:
-                        ahead.pop(n).result()      # embedded while the episode before was labelled
-                    else:
-                        runtime.prefetch(episode_at(n)[1])
-                    nxt = next((m for m in range(n + 1, len(mine))
-                                if mine[m][1].episode.episode_id != dp.episode.episode_id), None)
-                    if pool is not None and nxt is not None:   # the next episode's, while this one is labelled
-                        ahead[nxt] = pool.submit(encoder.prefetch, prefetch_texts(*episode_at(nxt)),
-                                                 runtime.encode_batch)
-            first = ordinal if first is None else first
-            # a text reply has no grounded target: skipped before the runtime is asked (its messages are fed later)
-            cards = [] if model_free and not dp.is_tool_call else runtime.at(dp)
-            batch += _label_decision(dp, cards, teacher, estimator, estimator.name, stats, runtime.features)
-            if (n + 1) % cfg.shard_size == 0 or n == len(mine) - 1:
-                if batch:
-                    write_shard(shard_dir, f"part-{first:06d}-{ordinal:06d}.parquet", batch)
-                    stats["shards"] += 1
-                    stats["rows"] += len(batch)
-                batch, first = [], None
-                atomic_write_text(prog_dir / f"rank-{rank}.json",
-                                  json.dumps({"rank": rank, "world_size": world, "last_ordinal": ordinal, **stats}))
-            bar.set_postfix(rows=stats["rows"] + len(batch))
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+    for n, (ordinal, dp) in enumerate(bar):
+        if runtime is None or runtime.episode.episode_id != dp.episode.episode_id:
+            if runtime is not None:
+                runtime.close()
+            # no teacher (grounded): the memory counts chars/4 — no effect on the candidates (nothing is packed)
+            runtime = RuntimeCandidates(dp.episode, getattr(teacher, "tokenizer", None), memory_cfg, encoder)
+            if cfg.get("prefetch", True):   # the episode's cards and queries embedded in one batched call
+                ahead = takewhile(lambda od: od[1].episode.episode_id == dp.episode.episode_id, mine[n:])
+                runtime.prefetch([d for _, d in ahead if d.is_tool_call or not model_free])
+        first = ordinal if first is None else first
+        # a text reply has no grounded target: skipped before the runtime is asked (its messages are fed later)
+        cards = [] if model_free and not dp.is_tool_call else runtime.at(dp)
+        batch += _label_decision(dp, cards, teacher, estimator, estimator.name, stats, runtime.features)
+        if (n + 1) % cfg.shard_size == 0 or n == len(mine) - 1:
+            if batch:
+                write_shard(shard_dir, f"part-{first:06d}-{ordinal:06d}.parquet", batch)
+                stats["shards"] += 1
+                stats["rows"] += len(batch)
+            batch, first = [], None
+            atomic_write_text(prog_dir / f"rank-{rank}.json",
+                              json.dumps({"rank": rank, "world_size": world, "last_ordinal": ordinal, **stats}))
+        bar.set_postfix(rows=stats["rows"] + len(batch))
     if runtime is not None:
         runtime.close()
     return stats

@@ -195,3 +195,20 @@ def test_an_erasure_empties_the_index_text_memo(onnx):
     assert not any("88412" in t for t in m.index.memo._memo)
     assert m.index._last_query is None
     m.close()
+
+
+def test_the_batching_bench_shows_less_padding_and_the_same_outputs():
+    """`scripts/bench_batching.py` on a sample: the padding-aware cut pads less than the size cut, in fewer
+    padded tokens for the same real ones, and both give the same embeddings and scores up to float rounding."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_batching", ROOT / "scripts" / "bench_batching.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = bench.main(["--episodes", str(ROOT / "data" / "samples" / "tau2_retail_sample.jsonl"), "--rounds", "1",
+                      "--cards", "8"])
+    for part in ("encoder", "scorer"):
+        size, padding = out["cuts"]["size"][part], out["cuts"]["padding"][part]
+        assert size["real_tokens"] == padding["real_tokens"] > 0
+        assert padding["padded_tokens"] < size["padded_tokens"], part
+    assert out["max_abs_diff"]["embedding"] < 1e-4 and out["max_abs_diff"]["score"] < 1e-3
