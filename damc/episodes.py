@@ -484,6 +484,19 @@ def _values_seen(episode: Episode, upto: int) -> dict[str, list[Any]]:
     return by_arg
 
 
+_LAST_SEEN: list[tuple[Episode, int, dict[str, list[Any]]]] = []   # the last episode's values (read-only)
+
+
+def _episode_values(episode: Episode) -> dict[str, list[Any]]:
+    """`_values_seen` of the whole episode, kept for the episode asked last: every decision of an episode asks
+    for the same values, and a run asks its decisions episode by episode (O(messages) once, not per decision)."""
+    if _LAST_SEEN and _LAST_SEEN[0][0] is episode and _LAST_SEEN[0][1] == len(episode.messages):
+        return _LAST_SEEN[0][2]
+    seen = _values_seen(episode, len(episode.messages))
+    _LAST_SEEN[:] = [(episode, len(episode.messages), seen)]
+    return seen
+
+
 def make_distractors(episode: Episode, index: int, n: int = 3, seed: int = 0) -> list[str]:
     """Alternative actions for multiple-choice accuracy at decision `index`.
 
@@ -516,7 +529,7 @@ def make_distractors(episode: Episode, index: int, n: int = 3, seed: int = 0) ->
     name, args = call["function"]["name"], call_arguments(call)
     rest = "; ".join(render_call(c["function"]["name"], call_arguments(c)) for c in calls[1:])
     join = (lambda s: s + "; " + rest) if rest else (lambda s: s)
-    seen = _values_seen(episode, len(episode.messages))
+    seen = _episode_values(episode)
     # 1) same tool, one argument swapped for another value of the same type seen in the episode
     swaps: list[str] = []
     for k, v in args.items():

@@ -82,6 +82,19 @@ def test_distractors_never_gold_and_use_episode_values():
     assert "Your order 88412 has shipped." not in text
 
 
+def test_distractor_values_follow_the_episode_asked_and_its_growth():
+    """The episode's values are kept for the episode asked last: another episode, or the same one grown by a
+    message, gets its own values (an order id seen only in the new tool result becomes a rival)."""
+    ep, other = make_episode(), make_episode("sup-2")
+    before = make_distractors(ep, 8, n=8)
+    assert not any("55555" in d for d in before)
+    other.messages[5] = {"role": "tool", "tool_call_id": "c2", "content": json.dumps({"order_id": "55555"})}
+    assert any("55555" in d for d in make_distractors(other, 8, n=8))
+    assert make_distractors(ep, 8, n=8) == before                  # back to the first: its own values
+    ep.messages.append({"role": "tool", "tool_call_id": "c3", "content": json.dumps({"order_id": "55555"})})
+    assert any("55555" in d for d in make_distractors(ep, 8, n=8))
+
+
 def test_given_distractors_are_used():
     ep = make_episode()
     ep.distractors = {"8": ['issue_refund(order_id="1", method="card")', render_action(ep.messages[8])]}
