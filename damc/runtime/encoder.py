@@ -90,10 +90,11 @@ def token_batches(lengths_desc: Sequence[int], batch_size: int, max_batch_tokens
 
     A batch is padded to its first, longest input, so a short text batched behind a long one pays for the long
     one's length (cut by size only, a label run's encoder ran 204,061 tokens for 141,472 real ones on synthetic
-    dev; cut here, 138,172 for 135,123: docs/benchmarks.md). Each batch holds ≤ `batch_size` inputs and ≤ `max_batch_tokens` padded tokens (one input
-    is always allowed), and the cut minimises `padded tokens + overhead_tokens × batches` exactly (dynamic
-    programming over the sorted lengths, O(n × batch_size)): `overhead_tokens` is a forward pass's fixed cost in
-    tokens (~6 for MiniLM-L6 on onnxruntime, 2 AVX2 cores), so equal lengths still share one pass.
+    dev; cut here, 138,172 for 135,123: docs/benchmarks.md). Each batch holds ≤ `batch_size` inputs and
+    ≤ `max_batch_tokens` padded tokens (None: no token cap; one input is always allowed), and the cut minimises
+    `padded tokens + overhead_tokens × batches` exactly (dynamic programming over the sorted lengths,
+    O(n × batch_size)): `overhead_tokens` is a forward pass's fixed cost in tokens (8.4 for MiniLM-L6 int8 on
+    onnxruntime, 2 AVX2 cores: `scripts/bench_batching.py`), so equal lengths still share one pass.
 
     Example:
         >>> token_batches([256, 40, 40, 40], 64, 4096)     # not one pass of 4 × 256 padded tokens

@@ -10,8 +10,9 @@ copies — `model.safetensors` + `config.json` (a Hugging Face sequence-classifi
 torch backend, bf16, GPUs) and `model.onnx`.
 
 Inference is built to run at every decision: pairs are tokenised once, sorted by length and cut into
-batches under a token budget (`max_batch_tokens`, padded tokens counted) so that one long card never
-pads a whole decision's batch to its length — on 2 CPU cores this alone halves a 50-card decision —
+batches under a token budget (`max_batch_tokens`, padded tokens counted) where padding is least
+(`damc.runtime.encoder.token_batches`), so that one long card never pads a whole decision's batch to its
+length — on 2 CPU cores the token budget alone halved a 50-card decision —
 then run under `torch.inference_mode` in fp32 or bf16, or through onnxruntime (fp32 or dynamic int8),
 with the thread count set explicitly. `backend="auto"` (the default) takes the int8 ONNX file on the CPU when the
 directory has one (the default export), else torch when it is installed and the weights are there, else the fp32
@@ -124,7 +125,8 @@ class CardScorer:
             batch_size: most pairs per forward pass.
             num_threads: intra-op threads (default: the cores this process may use).
             onnx_file: which ONNX file to load (backend "onnx": default "model.onnx"; "model_int8.onnx" for int8).
-            max_batch_tokens: most padded tokens per forward pass (None: `batch_size` pairs whatever their length).
+            max_batch_tokens: most padded tokens per forward pass (None: no token cap; the cut still keeps
+                padding least, `damc.runtime.encoder.token_batches`).
             check_render_version: refuse a scorer trained with another query/card rendering.
 
         Raises:
