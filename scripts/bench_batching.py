@@ -77,7 +77,7 @@ def cut_with(cut: Any) -> Iterator[Counter]:
 
 def workload(paths: list[Path], n_cards: int) -> tuple[list[list[str]], list[tuple[str, list[str]]]]:
     """Per episode, its card documents and decision queries; per decision, its query and recent cards' renderings."""
-    from damc.cards import encode_episode
+    from damc.cards import cards_before, encode_episode
     from damc.episodes import decision_points, load_episodes
     from damc.query import card_document, render_card, render_decision_query
 
@@ -87,7 +87,7 @@ def workload(paths: list[Path], n_cards: int) -> tuple[list[list[str]], list[tup
             cards = encode_episode(ep)
             queries = []
             for dp in decision_points(ep):
-                earlier = [c for c in cards if c.position < dp.current_turn_start][-n_cards:]
+                earlier = cards_before(cards, dp.current_turn_start)[-n_cards:]
                 if not earlier:
                     continue
                 q = render_decision_query(dp.context, ep.tools)
@@ -126,12 +126,12 @@ def run(cut: Any, encoder: Any, scorer: Any, texts: list[list[str]],
         t = time.perf_counter()
         emb = [encoder.encode(ep) for ep in texts]
         out["encoder_s"], out["encoder_real"], out["encoder_padded"] = time.perf_counter() - t, c.real, c.padded
-        out["encoder_batches"], out["emb"] = c.batches, emb
+        out["encoder_batches"], out["encoder_out"] = c.batches, emb
     with cut_with(cut) as c:
         t = time.perf_counter()
         scores = [scorer.score(q, cards) for q, cards in pairs]
         out["scorer_s"], out["scorer_real"], out["scorer_padded"] = time.perf_counter() - t, c.real, c.padded
-        out["scorer_batches"], out["scores"] = c.batches, scores
+        out["scorer_batches"], out["scorer_out"] = c.batches, scores
     return out
 
 
@@ -160,11 +160,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for name, cut in cuts.items():
             r = run(cut, encoder, scorer, texts, pairs)
             for part in ("encoder", "scorer"):
-                if name not in best or r[f"{part}_s"] < best[name].get(f"{part}_s", float("inf")):
-                    best.setdefault(name, {}).update({k: v for k, v in r.items() if k.startswith(part)})
-                    best[name]["emb" if part == "encoder" else "scores"] = r["emb" if part == "encoder" else "scores"]
-    emb_diff = max(float(np.abs(a - b).max()) for a, b in zip(best["size"]["emb"], best["padding"]["emb"]))
-    score_diff = max(float(np.abs(a - b).max()) for a, b in zip(best["size"]["scores"], best["padding"]["scores"]))
+                if r[f"{part}_s"] < best.setdefault(name, {}).get(f"{part}_s", float("inf")):
+                    best[name].update({k: v for k, v in r.items() if k.startswith(part)})
+    emb_diff, score_diff = (max(float(np.abs(a - b).max()) for a, b in zip(best["size"][k], best["padding"][k]))
+                            for k in ("encoder_out", "scorer_out"))
     rows = {}
     for name, r in best.items():
         rows[name] = {p: {"wall_s": round(r[f"{p}_s"], 2), "batches": r[f"{p}_batches"],
