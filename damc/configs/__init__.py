@@ -61,7 +61,8 @@ def as_spelled_before(cfg: Any) -> dict[str, Any]:
     """A composed config (`DictConfig`, resolved) as a plain dict laid out as the YAML files spelled it before the
     schemas: `memory` holds `memory_fingerprint`'s keys in the old order (evaluate: first, `max_scored` leading),
     make_data's `tau2` comes last (without `tools` at its default, `all`), label's `prefetch` is left out (when texts
-    are embedded changes no label), and so is evaluate's `shard` at its default (every decision). The pipeline's
+    are embedded changes no label), and so are evaluate's `shard` at its default (every decision) and train's
+    `data.sampling`, `data.domain_repeat` and `combiner.max_fit_decisions` at their defaults. The pipeline's
     stage fingerprints hash this view, so the stages of a study or demo run made before still count as done
     (`damc.pipeline.stages.fingerprint`)."""
     from omegaconf import OmegaConf
@@ -80,6 +81,11 @@ def as_spelled_before(cfg: Any) -> dict[str, Any]:
             del plain["tau2"]["tools"]
     if "estimator" in plain and "shard_size" in plain:   # label.yaml: `prefetch` (added later) changes no label
         plain.pop("prefetch", None)
+    if "trainer" in plain and isinstance(plain.get("data"), dict):   # train: keys added later, at their defaults
+        later = {"sampling": "uniform", "domain_repeat": None}
+        plain["data"] = {k: v for k, v in plain["data"].items() if not (k in later and v == later[k])}
+        if isinstance(plain.get("combiner"), dict) and plain["combiner"].get("max_fit_decisions") is None:
+            plain["combiner"] = {k: v for k, v in plain["combiner"].items() if k != "max_fit_decisions"}
     if "policies" in plain and plain.get("shard") == {"index": 0, "count": 1}:   # evaluate.yaml: `shard` (added
         plain.pop("shard")                                                       # later) at its default: every decision
     return plain

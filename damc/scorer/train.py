@@ -72,16 +72,51 @@ def prune_layers(cross_encoder: Any, num_layers: int | None) -> list[int] | None
     return keep
 
 
-def to_dataset(decisions: Sequence[LabeledDecision], norm: Normalization, max_cards: int | None, seed: int) -> Any:
-    """HF dataset with columns `query`, `docs`, `labels` (normalised deltas) for the listwise loss."""
+SAMPLINGS = ("uniform", "informative")
+
+
+def card_subset(deltas: Sequence[float], max_cards: int | None, rng: random.Random,
+                sampling: str = "uniform") -> list[int]:
+    """The indices of the cards a decision's training list keeps, in their original order (all of them when the
+    decision has at most `max_cards`).
+
+    `uniform`: a uniform random subset — the listwise target stays an unbiased sample of the decision's own.
+    `informative`: the cards the labels single out first — up to `max_cards // 2` of the highest positive deltas
+    (the cards the decision needed) and up to `max_cards // 4` of the most negative (rivals, hard negatives) —
+    then a uniform draw from the rest. With 48 candidates and 8 cards a list, a uniform subset holds a given
+    needed card one time in six, so most lists teach nothing about what the decision needed; dense retrieval
+    trains on positives with hard negatives for the same reason. Ties are broken at random.
+
+    Raises:
+        ValueError: an unknown `sampling`.
+    """
+    if sampling not in SAMPLINGS:
+        raise ValueError(f"data.sampling={sampling!r}: expected one of {', '.join(SAMPLINGS)}")
+    idx = list(range(len(deltas)))
+    if not max_cards or len(idx) <= max_cards:
+        return idx
+    if sampling == "uniform":
+        return sorted(rng.sample(idx, max_cards))
+    shuffled = rng.sample(idx, len(idx))                       # random order among equal deltas
+    ranked = sorted(shuffled, key=lambda i: -deltas[i])        # stable: highest delta first
+    top = [i for i in ranked[: max_cards // 2] if deltas[i] > 0]
+    bottom = [i for i in reversed(ranked) if deltas[i] < 0][: max_cards // 4]
+    chosen = set(top) | set(bottom)
+    rest = [i for i in shuffled if i not in chosen]
+    chosen.update(rest[: max_cards - len(chosen)])
+    return sorted(chosen)
+
+
+def to_dataset(decisions: Sequence[LabeledDecision], norm: Normalization, max_cards: int | None, seed: int,
+               sampling: str = "uniform") -> Any:
+    """HF dataset with columns `query`, `docs`, `labels` (normalised deltas) for the listwise loss; lists longer
+    than `max_cards` are cut to a subset drawn by `card_subset` (`sampling`)."""
     import datasets
 
     rng = random.Random(seed)
     rows: dict[str, list] = {"query": [], "docs": [], "labels": []}
     for d in decisions:
-        idx = list(range(len(d.docs)))
-        if max_cards and len(idx) > max_cards:  # an unbiased subset keeps the listwise target faithful
-            idx = sorted(rng.sample(idx, max_cards))
+        idx = card_subset(d.deltas, max_cards, rng, sampling)
         z = norm.apply([d.deltas[i] for i in idx])
         rows["query"].append(d.query)
         rows["docs"].append([d.docs[i] for i in idx])
@@ -134,11 +169,24 @@ def score_decisions(model: Any, tokenizer: Any, decisions: Sequence[LabeledDecis
     scorer = CardScorer(model, tokenizer, {"max_length": max_length, "normalization": {}, "render_version": ""},
                         batch_size=batch_size)
     pairs = [(d.query, c) for d in decisions for c in d.docs]
-    flat = scorer.predict(pairs)
+    flat = predict_with_progress(scorer, pairs, "dev scores")
     out, i = [], 0
     for d in decisions:
         out.append(flat[i:i + len(d.docs)])
         i += len(d.docs)
+    return out
+
+
+def predict_with_progress(scorer: Any, pairs: Sequence[tuple[str, str]], desc: str, block: int = 4096) -> np.ndarray:
+    """`scorer.predict(pairs)` in blocks of `block` pairs behind a tqdm bar (a whole training split's rows take
+    minutes on a CPU); each block is batched on its own, longest first."""
+    from tqdm.auto import tqdm
+
+    out = np.empty(len(pairs), dtype=np.float32)
+    with tqdm(total=len(pairs), desc=desc, unit="pair", disable=len(pairs) <= block) as bar:
+        for i in range(0, len(pairs), block):
+            out[i:i + block] = scorer.predict(pairs[i:i + block])
+            bar.update(len(pairs[i:i + block]))
     return out
 
 
@@ -231,6 +279,7 @@ def _prepare_data(cfg: Any) -> _PreparedData:
     names = domain_names(sources)
     sets = [load_labels(p) for p in sources]
     ds = sets[0] if len(sets) == 1 else _concat_labels(sets, sources)
+    repeat = domain_repeat(data.get("domain_repeat"), sources)
     decisions, train_dec, dev_dec, domains = [], [], [], {}
     for src, name, part in zip(sources, names, sets):  # each domain split by its own episodes, then pooled
         decs = group_decisions(part, min_cards=int(data.min_cards))
@@ -253,10 +302,16 @@ def _prepare_data(cfg: Any) -> _PreparedData:
         train_dec = [d for i, d in enumerate(train_dec) if i in keep]
     train_dec = _first_n_decisions(train_dec, data.get("train_decisions"), int(data.split_seed))
     norm = fit_normalization(train_dec, float(data.clip), str(data.get("normalization") or "zscore"))
+    if any(r > 1 for r in repeat.values()):   # a small domain's decisions seen r times an epoch (each time with
+        by_name = dict(zip(sources, names))   # its own draw of cards when the list is cut)
+        times = {by_name[src]: r for src, r in repeat.items()}
+        train_dec = [d for d in train_dec for _ in range(times.get(domains[d.decision_id], 1))]
+        logger.info("data.domain_repeat: %s -> %d training lists an epoch", times, len(train_dec))
     logger.info("labels: %d decisions (%d train / %d dev), normalisation mean=%.4f std=%.4f",
                 len(decisions), len(train_dec), len(dev_dec), norm.mean, norm.std)
-    train_ds = to_dataset(train_dec, norm, data.get("max_cards"), int(cfg.seed))
-    dev_ds = to_dataset(dev_dec, norm, data.get("max_cards"), int(cfg.seed)) if dev_dec else None
+    sampling = str(data.get("sampling") or "uniform")
+    train_ds = to_dataset(train_dec, norm, data.get("max_cards"), int(cfg.seed), sampling)
+    dev_ds = to_dataset(dev_dec, norm, data.get("max_cards"), int(cfg.seed), sampling) if dev_dec else None
 
     teachers = sorted(set(ds.unique("teacher")))
     versions = sorted(set(ds.unique("render_version"))) if "render_version" in ds.column_names else []
@@ -271,6 +326,23 @@ def _prepare_data(cfg: Any) -> _PreparedData:
                                f"train on labels made with one `render` (scripts/label.py render=...)")
     return _PreparedData(ds, decisions, train_dec, dev_dec, norm, train_ds, dev_ds, teachers, versions, renders[0],
                          domains, sources)
+
+
+def domain_repeat(value: Any, sources: Sequence[str]) -> dict[str, int]:
+    """`data.domain_repeat` as `{label source: times}`: null (every domain once), or one positive integer per entry
+    of `data.labels`, in order — how many times each domain's training decisions enter an epoch (a small real
+    domain beside a large synthetic one; its dev decisions are never repeated).
+
+    Raises:
+        ValueError: not one positive integer per label source.
+    """
+    if value is None:
+        return {src: 1 for src in sources}
+    values = list(value) if not isinstance(value, (int, str)) else [value]
+    if len(values) != len(sources) or not all(str(v).isdigit() and int(v) >= 1 for v in values):
+        raise ValueError(f"data.domain_repeat={values}: expected one positive integer per entry of data.labels "
+                         f"({len(sources)}: {', '.join(sources)}), e.g. data.domain_repeat=[1,10]")
+    return {src: int(v) for src, v in zip(sources, values)}
 
 
 def _first_n_decisions(train_dec: list[LabeledDecision], n: Any, seed: int) -> list[LabeledDecision]:
@@ -410,8 +482,12 @@ def _fit_combiner(cfg: Any, student: _Student, data: _PreparedData, out_dir: Pat
         return None
     df = df.drop_duplicates(["decision_id", "card_id"])
     parts = {}
+    cap = cfg.combiner.get("max_fit_decisions")
     for name, decs in (("train", data.train), ("dev", data.dev)):
-        rows = df[df.decision_id.isin({d.decision_id for d in decs})].reset_index(drop=True)
+        ids = list(dict.fromkeys(d.decision_id for d in decs))   # a repeated domain's decisions count once
+        if name == "train" and cap and len(ids) > int(cap):       # the combiner has a handful of weights: a seeded
+            ids = random.Random(int(cfg.seed)).sample(ids, int(cap))   # sample of the training decisions fits it
+        rows = df[df.decision_id.isin(set(ids))].reset_index(drop=True)
         scores = score_rows(student, rows, int(cfg.model.max_length))
         parts[name] = (rows, scores)
     dev_rows = parts["dev"][0]
@@ -431,7 +507,8 @@ def score_rows(student: _Student, rows: Any, max_length: int) -> list[float]:
 
     hf_model, tokenizer = student.model.model, student.model.tokenizer
     scorer = CardScorer(hf_model, tokenizer, {"max_length": max_length, "normalization": {}, "render_version": ""})
-    return scorer.predict(list(zip(rows["decision_text"], rows["card_text"]))).tolist() if len(rows) else []
+    pairs = list(zip(rows["decision_text"], rows["card_text"]))
+    return predict_with_progress(scorer, pairs, f"student scores ({len(pairs):,} label rows)").tolist()
 
 
 def _train_metadata(cfg: Any, student: _Student, data: _PreparedData) -> dict[str, Any]:

@@ -58,3 +58,25 @@ def test_bad_domain_lists_are_refused_by_name(tmp_path):
     clash = _other_domain(tmp_path, prefix="", name="clash")   # the very same decision ids as the first set
     with pytest.raises(LabelFormatError, match=r"decision '.*' is in two label sets of data.labels"):
         _prepare_data(_cfg([str(LABELS), str(clash)], tmp_path))
+
+
+def test_domain_repeat_enters_a_small_domain_n_times_an_epoch_and_never_its_dev(tmp_path):
+    other = _other_domain(tmp_path)
+    once = _prepare_data(_cfg([str(LABELS), str(other)], tmp_path))
+    cfg = _cfg([str(LABELS), str(other)], tmp_path)
+    cfg.data.domain_repeat = [1, 3]
+    thrice = _prepare_data(cfg)
+    n_other = sum(1 for d in once.train if once.domains[d.decision_id] == "labels.jsonl")   # the file's name
+    n_first = len(once.train) - n_other
+    assert n_other > 0 and len(thrice.train) == n_first + 3 * n_other
+    assert [d.decision_id for d in thrice.dev] == [d.decision_id for d in once.dev]
+    assert len(thrice.train_ds) == len(thrice.train)
+    assert (thrice.norm.mean, thrice.norm.std) == (once.norm.mean, once.norm.std)   # statistics of each decision once
+
+
+@pytest.mark.parametrize("value", [[1], [1, 0], [1, "x"], 2])
+def test_domain_repeat_that_does_not_name_each_domain_is_refused(tmp_path, value):
+    cfg = _cfg([str(LABELS), str(_other_domain(tmp_path))], tmp_path)
+    cfg.data.domain_repeat = value
+    with pytest.raises(ValueError, match="one positive integer per entry of data.labels"):
+        _prepare_data(cfg)
