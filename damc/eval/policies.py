@@ -10,8 +10,8 @@ value cards. `damc` is the runtime exactly as `DecisionAwareMemory(path, scorer=
 **Message policies** (`full`, `window`, `obs_mask`) keep chat messages instead of cards.
 
 **Gold-free view.** A deployable policy receives a `DecisionView` — the messages before the decision and the
-tools — and nothing else: no gold action, no future message, no key-card ids. Only the references `oracle`
-and `damc_teacher` receive the gold, through an explicit `GoldView` argument (`needs_gold = True`).
+tools — and nothing else: no gold action, no future message, no key-card ids. Only the references `oracle`,
+`oracle_fill` and `damc_teacher` receive the gold, through an explicit `GoldView` argument (`needs_gold = True`).
 
 | name | kind | how it values / keeps | sees the gold |
 | --- | --- | --- | --- |
@@ -26,6 +26,7 @@ and `damc_teacher` receive the gold, through an explicit `GoldView` argument (`n
 | `damc_knn` | card | the teacher's non-parametric value over labelled decisions (`labels=`) | no |
 | `damc_teacher` | card | leave-one-out deltas of the decision LLM for the gold action | yes |
 | `oracle` | card | the cards holding the gold's facts (`key_card_ids`, else the gold's values) | yes |
+| `oracle_fill` | card | the oracle's cards first, then the others in `rrf`'s order while the budget lasts | yes |
 | `full` | message | the whole history (only the LLM's window limits it) | no |
 | `window` | message | the last N messages, trimmed to the budget (LangChain `trim_messages`) | no |
 | `obs_mask` | message | every message, old tool outputs replaced by a placeholder, trimmed | no |
@@ -446,11 +447,48 @@ class OraclePolicy(CardPolicy):
         return Threshold(0.5)
 
 
+class OracleFillValuer(Valuer):
+    """The oracle's cards first, every other candidate after them in `rrf`'s order: `(oracle + rrf) / 2`, so a card
+    holding the gold's facts (in (0.5, 1]) always outranks one that does not (in (0, 0.5]), and within each group
+    the reciprocal-rank fusion of BM25 and cosine decides."""
+
+    name = "oracle_fill"
+
+    def __init__(self, gold: GoldView):
+        self.oracle, self.rrf = OracleValuer(gold), RRFValuer()
+
+    def bind(self, memory: Any) -> None:
+        self.rrf.bind(memory)
+
+    def value(self, query, cards, now=None):
+        if not cards:
+            return np.zeros(0, dtype=np.float32)
+        keys, rrf = self.oracle.value(query, cards, now), self.rrf.value(query, cards, now)
+        return (0.5 * keys + 0.5 * rrf).astype(np.float32)
+
+
+class OracleFillPolicy(CardPolicy):
+    """The best a valuer can do under the runtime's own selector: the cards holding the gold's facts first, then the
+    rest in `rrf`'s order, as many as the setting keeps (all that fit the budget, or `top_k`). `oracle` keeps the key
+    cards *only*, so where the budget holds more — the recent turns, the step the conversation is at — it sends less
+    than any deployable policy and is no upper bound (τ²-bench telecom: docs/results.md); `oracle_fill` is the
+    reference a valuer's headroom is read against. Peeks at the gold."""
+
+    name = "oracle_fill"
+    needs_gold = True
+
+    def make_valuer(self, env, gold=None):
+        if gold is None:
+            raise ValueError("oracle_fill needs the gold (GoldView)")
+        return OracleFillValuer(gold)
+
+
 # ----------------------------------------------------------------------------- registry
 
 POLICIES: dict[str, type[Policy]] = {p.name: p for p in (
     FullPolicy, WindowPolicy, ObservationMaskPolicy, DAMCPolicy, HeuristicPolicy, RecencyPolicy, SimilarityPolicy,
-    BM25Policy, RRFPolicy, LLMJudgePolicy, GenerativeAgentsPolicy, DAMCKNNPolicy, DAMCTeacherPolicy, OraclePolicy)}
+    BM25Policy, RRFPolicy, LLMJudgePolicy, GenerativeAgentsPolicy, DAMCKNNPolicy, DAMCTeacherPolicy, OraclePolicy,
+    OracleFillPolicy)}
 
 
 def make_policy(name: str, **kwargs: Any) -> Policy:
@@ -468,5 +506,5 @@ def make_policy(name: str, **kwargs: Any) -> Policy:
         raise TypeError(f"policy {name!r}: {e}") from None
 
 
-__all__ = ["CardPolicy", "DecisionView", "GoldView", "MessagePolicy", "OracleValuer", "POLICIES", "Policy",
-           "PolicyEnv", "PolicyOutput", "Setting", "TeacherValuer", "make_policy"]
+__all__ = ["CardPolicy", "DecisionView", "GoldView", "MessagePolicy", "OracleFillValuer", "OracleValuer", "POLICIES",
+           "Policy", "PolicyEnv", "PolicyOutput", "Setting", "TeacherValuer", "make_policy"]

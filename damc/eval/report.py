@@ -179,7 +179,7 @@ def targets_table(results: dict[str, Any], policy: str = "damc", operating: str 
 
 
 #: the headline table's rows, in this order (other policies follow in the results' order)
-HEADLINE = ("window", "full", "similarity", "bm25", "rrf", "heuristic", "damc", "oracle")
+HEADLINE = ("window", "full", "similarity", "bm25", "rrf", "heuristic", "damc", "oracle", "oracle_fill")
 
 
 def default_points(results: dict[str, Any]) -> dict[str, str]:

@@ -49,7 +49,7 @@ BASELINE = "window"
 FULL = "full"        # the second reference of the log-likelihood gain
 Z_POWER = 1.959963984540054 + 0.8416212335729143   # z_{0.975} + z_{0.80}: α = 0.05 two-sided, 80 % power
 NO_BUDGET = "none"   # the setting of budget-free policies
-REFERENCES = ("oracle", "damc_teacher")
+REFERENCES = ("oracle", "oracle_fill", "damc_teacher")
 
 
 def budget_of(setting: str) -> str:

@@ -64,7 +64,7 @@ def _ends_with_current_turn(out, dp):
     assert tail == [message_to_chat(m) for m in dp.current_turn]
 
 
-@pytest.mark.parametrize("name", ["window", "obs_mask", "recency", "bm25", "rrf", "heuristic", "oracle"])
+@pytest.mark.parametrize("name", ["window", "obs_mask", "recency", "bm25", "rrf", "heuristic", "oracle", "oracle_fill"])
 @pytest.mark.parametrize("budget", [128, 512])
 def test_budgeted_policies_respect_the_budget_and_keep_the_current_turn(setup, name, budget):
     out = _build(name, setup, Setting(budget))
@@ -196,6 +196,23 @@ def test_oracle_keeps_exactly_the_key_cards_that_reached_the_candidates(setup):
     out = _build("oracle", setup, Setting(10**6))
     keys = set(setup[1].key_card_ids)
     assert set(out.kept_card_ids) == keys & set(out.candidate_ids) and out.kept_card_ids
+
+
+def test_oracle_fill_puts_the_key_cards_first_then_follows_rrf(setup):
+    """A budget that holds every candidate: `oracle` sends the key cards alone, `oracle_fill` everything `rrf` sends.
+    Two cards more than the key cards: the key cards, then `rrf`'s two best other cards."""
+    keys = set(setup[1].key_card_ids)
+    wide = {name: _build(name, setup, Setting(10**6)) for name in ("oracle", "oracle_fill", "rrf")}
+    assert set(wide["oracle_fill"].kept_card_ids) == set(wide["rrf"].kept_card_ids) == set(wide["rrf"].candidate_ids)
+    assert set(wide["oracle"].kept_card_ids) < set(wide["oracle_fill"].kept_card_ids)
+    ranked = sorted(wide["rrf"].values, key=wide["rrf"].values.get, reverse=True)   # rrf's order of the candidates
+    held = [c for c in ranked if c in keys]
+    fill = _build("oracle_fill", setup, Setting(10**6, top_k=len(held) + 2))
+    others = [c for c in ranked if c not in keys][:2]
+    assert held and set(fill.kept_card_ids) == set(held) | set(others)
+    assert len(fill.kept_card_ids) == len(held) + 2 < len(ranked)
+    with pytest.raises(ValueError, match="GoldView"):
+        make_policy("oracle_fill").make_valuer(setup[0], None)
 
 
 def test_top_k_and_threshold_keep_fewer_cards_than_the_budget_allows(setup):
