@@ -29,7 +29,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from damc.eval.results import plain_setting_of, sensitivity_line, setting_order
+from damc.eval.results import plain_setting_of, sensitivity, sensitivity_line, setting_order
 
 #: the study's targets (issue "labels", A/B through the runtime); change them here, not in the checks.
 TARGETS = {"gain_vs_window": 0.15, "token_ratio_vs_window": 1.0, "gap_to_oracle": 0.05, "key_hit": 0.90,
@@ -252,6 +252,35 @@ LL_NOTE = ("Gold LL gain: the paired difference of the gold action's mean log-pr
            "the student's training data is the decision model itself, this gain is not independent of the labels "
            "(the student learned to raise exactly this likelihood): the second decision model's tables are the "
            "independent reading.\n")
+
+
+def summary_table(named: dict[str, dict[str, Any]], policies: tuple[str, ...] = HEADLINE) -> str:
+    """Markdown, one row per result set (`{title: results}`): its decisions and episodes, the smallest paired accuracy
+    difference it can detect, then each policy at its largest plain budget (`default_points`) — accuracy and the
+    paired Δ vs `window`, marked † where the 95 % cluster-bootstrap interval clears zero. The policies none of the
+    sets ran are left out; a policy a set did not run reads "–"."""
+    cols = [p for p in policies if any(p in default_points(r) for r in named.values())]
+    rows = ["| test set | decisions (episodes) | detectable Δ | " + " | ".join(f"`{p}`" for p in cols) + " |",
+            "|---|---|---:|" + "---:|" * len(cols)]
+    for title, res in named.items():
+        points, sv = default_points(res), res.get("sensitivity") or sensitivity(res)
+        n = max((e.get("n_decisions", 0) for e in res["policies"].values()), default=0)
+        cells = []
+        for name in cols:
+            e = res["policies"].get(f"{name}@{points.get(name)}")
+            if e is None or not _ok(e.get("accuracy")):
+                cells.append("–")
+                continue
+            p = res["paired"].get(f"{name}@{points[name]}") or {}
+            if name == "window" or not _ok(p.get("accuracy_delta")):
+                cells.append(f"{e['accuracy']:.3f}")
+                continue
+            clear = p["ci"][0] > 0 or p["ci"][1] < 0
+            cells.append(f"{e['accuracy']:.3f} ({p['accuracy_delta']:+.3f}{'†' if clear else ''})")
+        mde = f"±{sv['mde']:.3f}" if sv.get("n_comparisons") else "–"
+        rows.append(f"| {title} | {n} ({sv.get('n_episodes') or '–'}) | {mde} | " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n\nEach cell: accuracy (paired Δ vs `window`; † where its 95 % interval, episodes " \
+        "resampled, clears zero).\n"
 
 
 def report(named: dict[str, dict[str, Any]], policy: str = "damc",

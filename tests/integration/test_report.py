@@ -270,3 +270,28 @@ def test_the_detectable_difference_shrinks_as_the_set_grows():
     # no scored comparison (selection-only runs): the figure is "–", never a number
     sel = aggregate([dict(r, correct=None) for r in []], [], ["window"], {}, n_boot=10)
     assert "difference: –" in results_table(sel)
+
+
+def test_the_summary_has_one_row_per_set_with_each_policys_delta_and_its_sensitivity(tmp_path):
+    from damc.eval.report import summary_table
+
+    strong, weak = _results(damc_correct=16, damc_tokens=550), _results(damc_correct=7, damc_tokens=550)
+    text = summary_table({"strong": strong, "weak": weak})
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    assert list(rows) == ["test set", "strong", "weak"]
+    header = rows["test set"].split(" | ")
+    assert header[3:] == ["`window`", "`full`", "`bm25`", "`damc`", "`oracle` |"]   # HEADLINE order, those run
+    cells = rows["strong"].split(" | ")
+    assert cells[1] == "20 (5)" and cells[2].startswith("±")
+    assert cells[3] == "0.300" and cells[6] == "0.800 (+0.500†)"          # window; damc at its largest budget
+    assert rows["weak"].split(" | ")[6] == "0.350 (+0.050)"               # +1 decision: no mark
+    assert "†" in text.splitlines()[-1]
+    out = subprocess.run([sys.executable, "scripts/report.py", "--summary", f"a={_write(tmp_path, strong)}"],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0 and "| a | 20 (5) |" in out.stdout, out.stderr[-2000:]
+
+
+def _write(tmp_path, results):
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(results))
+    return path
