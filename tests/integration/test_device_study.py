@@ -32,7 +32,7 @@ def test_the_device_study_plan_composes_and_judges_the_shipped_scorer(tmp_path):
     assert "teacher.model=qwen2.5-coder-1.5b" in plan["label.tau2_retail"]
     for d in SETS:
         ev = plan[f"evaluate.{d}.test"].split()
-        for o in ("filters.memory_only=true", "llm.model=qwen2.5-coder-1.5b", "shard.index=1", "shard.count=2",
+        for o in ("filters.memory_only=true", "sweep.top_k=[4]", "llm.model=qwen2.5-coder-1.5b", "shard.index=1", "shard.count=2",
                   f"scorer={default_scorer_dir()}", "labels_path=null",
                   f"out_dir={tmp_path / 'ds' / 'eval' / d / 'test'}"):
             assert o in ev, (d, o)
