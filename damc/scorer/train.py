@@ -302,9 +302,9 @@ def _prepare_data(cfg: Any) -> _PreparedData:
         train_dec = [d for i, d in enumerate(train_dec) if i in keep]
     train_dec = _first_n_decisions(train_dec, data.get("train_decisions"), int(data.split_seed))
     norm = fit_normalization(train_dec, float(data.clip), str(data.get("normalization") or "zscore"))
-    if any(r > 1 for r in repeat.values()):   # a small domain's decisions seen r times an epoch (each time with
-        by_name = dict(zip(sources, names))   # its own draw of cards when the list is cut)
-        times = {by_name[src]: r for src, r in repeat.items()}
+    # a small domain's decisions enter an epoch r times, each with its own draw of cards when the list is cut
+    times = {name: repeat[src] for src, name in zip(sources, names)}
+    if any(r > 1 for r in times.values()):
         train_dec = [d for d in train_dec for _ in range(times.get(domains[d.decision_id], 1))]
         logger.info("data.domain_repeat: %s -> %d training lists an epoch", times, len(train_dec))
     logger.info("labels: %d decisions (%d train / %d dev), normalisation mean=%.4f std=%.4f",
