@@ -11,7 +11,7 @@ so there is nothing to load, save or rebuild on open.
   b-tree, a distance for each — no HNSW candidate list to starve); a bigger one through HNSW with
   `hnsw.ef_search` raised by how small a share of the table the scope is (about 2k · table / scope, at least
   `PgConfig.ef_search`, at most 1000), and `hnsw.iterative_scan = strict_order` where pgvector ≥ 0.8 offers it.
-  Without iterative scans (pgvector < 0.8, as bundled by pgserver 0.1.4) a scope too small a share of the table
+  Without iterative scans (pgvector < 0.8, e.g. pgserver 0.1.4's 0.6.2) a scope too small a share of the table
   for 1000 candidates to hold k of its cards is searched exactly, and a filtered HNSW scan that returns fewer
   than k rows is redone exactly: a short list is never returned.
 * The database records which encoder made its vectors; a worker with another one is refused until
@@ -230,28 +230,36 @@ class PgCardIndex(CardIndex):
         # `+ 0` hides the distance from the HNSW index, so the planner reads the scope's rows through its b-tree
         exact = (f"SELECT rowid, -(embedding <#> %s) FROM damc_cards WHERE {where} "
                  f"ORDER BY (embedding <#> %s) + 0 LIMIT %s")
-        # the scope's size: its hot cards counted on the scope b-tree, but only as far as the path choice needs (the
-        # exact path's `exact_max`, and the share below which 1000 HNSW candidates cannot hold k of its cards); a
-        # bigger scope is sized by the planner's estimate, so a search never counts a million-card scope row by row
+        # the scope's size, as far as the path choice needs it: a scope the planner's row estimate (statistics, no
+        # scan) puts far above the exact path's bound is not counted; any other is counted on the scope b-tree up to
+        # that bound, so a search never counts a million-card scope row by row
         count_where, _ = filters_sql(scope, "tier = 'hot'", session_id=session_id)   # same args: no fixed ones
+        iterative = _version(self.store.pgvector_version) >= (0, 8)
         with self.store.transaction(read_only=True) as c:
             total = int(c.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = 'damc_cards'::regclass"
                                   ).fetchone()[0] or 0)
-            cap = max(cfg.exact_max, math.ceil(k * max(total, 1) / MAX_EF_SEARCH)) + 1
-            n = int(c.execute(f"SELECT count(*) FROM (SELECT 1 FROM damc_cards WHERE {count_where} LIMIT %s) s",
-                              args + (cap,)).fetchone()[0])
-            if n == 0:
-                return empty
-            if n >= cap:   # a big scope: the planner's row estimate (statistics, no scan) sizes its ef_search
+            # exact below max(exact_max, √(exact_factor · k · N)): cheaper than a filtered HNSW scan there; without
+            # iterative scans also below the share at which 1000 HNSW candidates cannot hold k of the scope's cards
+            bound = max(cfg.exact_max, math.isqrt(int(cfg.exact_factor * k * max(total, 1))))
+            if not iterative:
+                bound = max(bound, math.ceil(k * max(total, 1) / MAX_EF_SEARCH))
+            estimate = 0
+            if total > 4 * bound:
                 plan = c.execute(f"EXPLAIN (FORMAT JSON) SELECT 1 FROM damc_cards WHERE {count_where}",
                                  args).fetchone()[0]
-                n = max(n, int(plan[0]["Plan"]["Plan Rows"]))
+                estimate = int(plan[0]["Plan"]["Plan Rows"])
+            if estimate > 4 * bound:
+                n = estimate
+            else:
+                n = int(c.execute(f"SELECT count(*) FROM (SELECT 1 FROM damc_cards WHERE {count_where} LIMIT %s) s",
+                                  args + (bound + 1,)).fetchone()[0])
+                if n == 0:
+                    return empty
+                n = max(n, estimate) if n > bound else n
             total = max(n, total)
-            iterative = _version(self.store.pgvector_version) >= (0, 8)
-            # a filtered HNSW scan sees about ef · n / total of the scope's cards; without pgvector 0.8's iterative
-            # scans it cannot look further, so a scope too small to fill k from MAX_EF_SEARCH candidates goes exact
+            # a filtered HNSW scan sees about ef · n / total of the scope's cards: ef is raised for a small share
             ef = min(MAX_EF_SEARCH, max(cfg.ef_search, k, math.ceil(2 * k * total / n)))
-            if n <= cfg.exact_max or (not iterative and MAX_EF_SEARCH * n / total < k):
+            if n <= bound:
                 rows = c.execute(exact, (q,) + args + (q, k)).fetchall()
                 self.last_search_path = "exact"
             else:

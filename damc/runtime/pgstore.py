@@ -69,6 +69,10 @@ class PgConfig:
             of the table; ≤ 1000; recall vs. latency).
         exact_max: a scope (or session) with at most this many hot cards is searched exactly (its rows through the
             scope b-tree; cost grows with the scope, not the table).
+        exact_factor: a scope of n cards in a table of N is also searched exactly while n ≤ √(exact_factor · k · N):
+            a filtered HNSW scan reads about k · N / n rows (each with its graph links) to find k of the scope's,
+            so below that size one distance per scope card is cheaper (at 1M cards and k = 30: scopes up to ~11k
+            cards; docs/runtime.md, "Serving many agents", has the measurement).
         embed_batch: cards `sync` encodes and writes per transaction.
         check_connection: test a pooled connection before each use (one round trip; survives server restarts).
     """
@@ -81,6 +85,7 @@ class PgConfig:
     hnsw_ef_construction: int = 64
     ef_search: int = 100
     exact_max: int = 2_000
+    exact_factor: float = 4.0
     embed_batch: int = 256
     check_connection: bool = True
 

