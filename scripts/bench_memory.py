@@ -465,14 +465,16 @@ EPS = 0.01   # the tolerance of the epsilon recall (ANN-benchmarks' "Epsilon 0.0
 
 
 def bench_backend_search(place: BackendPlace, n: int, queries: int, k: int = 30,
-                         sizes: tuple[int, ...] = (100, 1_000, 10_000), cluster_cards: int | None = None
-                         ) -> dict[str, Any]:
+                         sizes: tuple[int, ...] = (100, 1_000, 10_000), cluster_cards: int | None = None,
+                         ef_sweep: Sequence[int] = ()) -> dict[str, Any]:
     """Scoped vector search at `n` cards through the backend's `search`: scopes of `sizes` cards (those smaller than
     n/2) beside one big scope holding the rest; each query a noisy copy of a member; recall@30 = overlap of the
     returned 30 with the exact 30 (brute force over the scope's vectors), and the epsilon recall@30 (a returned card
     within (1 + EPS) of the exact 30th neighbour's distance counts). `cluster_cards`: about this many cards
     per cluster (n // cluster_cards centres) instead of 256 centres at every n — at 1M cards those hold ~3,900
-    near-equidistant cards each, whose exact top 30 beyond the planted card is decided by noise."""
+    near-equidistant cards each, whose exact top 30 beyond the planted card is decided by noise. PostgreSQL: a scope
+    of more than `exact_max` (and at most 100k) cards is also measured on the path its search did not choose, and a
+    scope on the HNSW path again at each `ef_sweep` value of `PgConfig.ef_search`."""
     from damc.runtime.pgindex import _version
     from damc.runtime.scope import Scope
 
@@ -487,37 +489,60 @@ def bench_backend_search(place: BackendPlace, n: int, queries: int, k: int = 30,
         members = np.flatnonzero(owner == j)
         xm = x[members]
         member_rows = {sc.rowid: int(sc.card.position) for sc in store.all_cards("hot", Scope(name))}
-        lat, recall, eps_recall, paths = [], [], [], Counter()
         index.search(xm[0], k, Scope(name))                 # warm-up
+        queries_of = []
         for _ in range(queries):
             i = int(rng.integers(len(members)))
             q = xm[i] + 0.02 * rng.standard_normal(384, dtype=np.float32)
-            q /= np.linalg.norm(q)
-            t = time.perf_counter()
-            ids, _ = index.search(q, k, Scope(name))
-            lat.append((time.perf_counter() - t) * 1000)
-            paths[getattr(index, "last_search_path", None)] += 1
-            got = {member_rows.get(int(r), -1) for r in ids}
-            assert -1 not in got, f"{place.backend}: a card of another scope came back for scope {name}"
-            sims = xm @ q
-            order = np.argsort(-sims)[:k]
-            exact = set(members[order].tolist())
-            recall.append(len(got & exact) / min(k, len(members)))
-            # ANN-benchmarks' epsilon recall: a returned card counts when it is no farther (Euclidean on unit
-            # vectors) than (1 + EPS) times the exact k-th neighbour — near-ties at the k-th place count as found
-            far = (1 + EPS) * np.sqrt(max(0.0, 2 - 2 * float(sims[order[-1]])))
-            near = [np.sqrt(max(0.0, 2 - 2 * float(x[g] @ q))) <= far for g in got]
-            eps_recall.append(sum(near) / min(k, len(members)))
-        if place.backend == "sqlite":
-            path = "FAISS " + type(index._index).__name__
-        else:   # the paths PgCardIndex.search took (exact / HNSW / HNSW redone exactly), as counts over the queries
-            ef = f"HNSW (ef_search >= {store.config.ef_search}, m = {store.config.hnsw_m}" + \
-                 (", iterative scan)" if _version(store.pgvector_version) >= (0, 8) else ")")
-            names_of = {"exact": "exact (scope b-tree)", "hnsw": ef, "hnsw+exact": "HNSW came back short, redone exactly"}
-            path = "; ".join(f"{names_of[p]} x{c}" for p, c in sorted(paths.items()))
-        out[name] = {"cards": int(len(members)), "path": path, "search_ms_k30": _pct(lat),
-                     f"recall_at_{k}": round(float(np.mean(recall)), 3),
-                     f"eps{EPS}_recall_at_{k}": round(float(np.mean(eps_recall)), 3)}
+            queries_of.append(q / np.linalg.norm(q))
+
+        def measure() -> dict[str, Any]:
+            lat, recall, eps_recall, paths = [], [], [], Counter()
+            for q in queries_of:
+                t = time.perf_counter()
+                ids, _ = index.search(q, k, Scope(name))
+                lat.append((time.perf_counter() - t) * 1000)
+                paths[getattr(index, "last_search_path", None)] += 1
+                got = {member_rows.get(int(r), -1) for r in ids}
+                assert -1 not in got, f"{place.backend}: a card of another scope came back for scope {name}"
+                sims = xm @ q
+                order = np.argsort(-sims)[:k]
+                recall.append(len(got & set(members[order].tolist())) / min(k, len(members)))
+                # ANN-benchmarks' epsilon recall: a returned card counts when it is no farther (Euclidean on unit
+                # vectors) than (1 + EPS) times the exact k-th neighbour — near-ties at the k-th place count as found
+                far = (1 + EPS) * np.sqrt(max(0.0, 2 - 2 * float(sims[order[-1]])))
+                near = [np.sqrt(max(0.0, 2 - 2 * float(x[g] @ q))) <= far for g in got]
+                eps_recall.append(sum(near) / min(k, len(members)))
+            if place.backend == "sqlite":
+                path = "FAISS " + type(index._index).__name__
+            else:   # the paths PgCardIndex.search took (exact / HNSW / HNSW redone exactly), counted over the queries
+                ef = f"HNSW (ef_search >= {store.config.ef_search}, m = {store.config.hnsw_m}" + \
+                     (", iterative scan)" if _version(store.pgvector_version) >= (0, 8) else ")")
+                names_of = {"exact": "exact (scope b-tree)", "hnsw": ef,
+                            "hnsw+exact": "HNSW came back short, redone exactly"}
+                path = "; ".join(f"{names_of[p]} x{c}" for p, c in sorted(paths.items()))
+            return {"cards": int(len(members)), "path": path, "search_ms_k30": _pct(lat),
+                    f"recall_at_{k}": round(float(np.mean(recall)), 3),
+                    f"eps{EPS}_recall_at_{k}": round(float(np.mean(eps_recall)), 3)}
+
+        out[name] = measure()
+        cfg = getattr(store, "config", None)
+        if place.backend == "postgres" and cfg.exact_max < len(members) <= 100_000:
+            # the other path on the same queries, side by side: why the search chose its own (not for a scope of
+            # more than 100k cards: an exact scan of it takes seconds a query)
+            saved = (cfg.exact_max, cfg.exact_factor)
+            if index.last_search_path == "exact":
+                cfg.exact_factor = 0.0
+            else:
+                cfg.exact_max = len(members)
+            out[name]["other_path"] = measure()
+            cfg.exact_max, cfg.exact_factor = saved
+        if place.backend == "postgres" and out[name]["path"].startswith("HNSW") and ef_sweep:
+            saved_ef = cfg.ef_search            # recall against latency on the same queries, one ef_search each
+            for ef in ef_sweep:
+                cfg.ef_search = ef
+                out[name][f"ef_search_{ef}"] = measure()
+            cfg.ef_search = saved_ef
     store.close()
     return out
 
@@ -551,8 +576,8 @@ def bench_backend_context(place: BackendPlace, n_cards: int, decisions: int, rng
 
 
 def bench_backends(backends: Sequence[str], pg_url: str | None, ingest_cards: int, search_n: Sequence[int],
-                   queries: int, context_cards: int, decisions: int, cluster_cards: int | None = None
-                   ) -> dict[str, Any]:
+                   queries: int, context_cards: int, decisions: int, cluster_cards: int | None = None,
+                   ef_sweep: Sequence[int] = ()) -> dict[str, Any]:
     """Every backend through the same measurements, in one run (see module docstring, item 6)."""
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -564,8 +589,8 @@ def bench_backends(backends: Sequence[str], pg_url: str | None, ingest_cards: in
             try:
                 if ingest_cards:
                     res["ingest"] = bench_backend_ingest(place, ingest_cards, random.Random(0))
-                res["scoped_search"] = [bench_backend_search(place, n, queries, cluster_cards=cluster_cards)
-                                        for n in search_n]
+                res["scoped_search"] = [bench_backend_search(place, n, queries, cluster_cards=cluster_cards,
+                                                             ef_sweep=ef_sweep) for n in search_n]
                 if context_cards:
                     res["build_context"] = bench_backend_context(place, context_cards, decisions, random.Random(1))
             finally:
@@ -611,6 +636,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     help="cards in the store for the scoped search figures")
     ap.add_argument("--search-cluster-cards", type=int, default=None,
                     help="cards per cluster of the search vectors (n // this many centres; default: 256 centres)")
+    ap.add_argument("--ef-search", type=int, nargs="*", default=[],
+                    help="PostgreSQL: also measure each HNSW-path scope at these hnsw.ef_search values")
     ap.add_argument("--hnsw-build-mem", default="1GB", help="maintenance_work_mem of the PostgreSQL HNSW build")
     ap.add_argument("--hnsw-build-workers", type=int, default=None,
                     help="max_parallel_maintenance_workers of the HNSW build (default: the server's)")
@@ -648,7 +675,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         HNSW_BUILD.update(mem=args.hnsw_build_mem, workers=args.hnsw_build_workers)
         out["backends"] = bench_backends(args.backend, args.pg_url, args.backend_ingest, args.search_n,
                                          args.search_queries, args.backend_cards, args.backend_decisions,
-                                         args.search_cluster_cards)
+                                         args.search_cluster_cards, args.ef_search)
     if args.big_result:
         out["big_result"] = bench_big_result(args.big_result, args.big_turns, "smollm2-135m", rng)
     if args.scoped:
