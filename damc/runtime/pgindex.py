@@ -264,9 +264,8 @@ class PgCardIndex(CardIndex):
                 self.last_search_path = "exact"
             else:
                 with c.transaction():   # SET LOCAL needs a transaction
-                    c.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef),))
-                    if iterative:
-                        c.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', true)")
+                    c.execute("SELECT set_config('hnsw.ef_search', %s, true)" + (
+                        ", set_config('hnsw.iterative_scan', 'strict_order', true)" if iterative else ""), (str(ef),))
                     rows = c.execute(f"SELECT rowid, -(embedding <#> %s) FROM damc_cards WHERE {where} "
                                      f"ORDER BY embedding <#> %s LIMIT %s", (q,) + args + (q, k)).fetchall()
                 self.last_search_path = "hnsw"
