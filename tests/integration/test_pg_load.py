@@ -30,7 +30,7 @@ def _worker(url: str, w: int, turns: int, queue, progress, retry_s: float, pause
     from damc.runtime.pgstore import PgConfig, StoreConnectionError
 
     mem = DecisionAwareMemory(url, tokenizer=None, encoder=HashEncoder(), user_id=f"u{w}", share_sessions=True,
-                              store_config=PgConfig(min_size=1, max_size=1, connect_timeout_s=5),
+                              store_config=PgConfig(min_size=1, max_size=1, connect_timeout_s=30),  # 64 forks connecting at once
                               config=MemoryConfig(stamp_time=False))
     rng = random.Random(w)
     msgs = [{"role": "system", "content": "You are a support agent."}]
