@@ -7,8 +7,10 @@ so there is nothing to load, save or rebuild on open.
 * **sync** embeds hot cards whose vector is missing or older than the card, claiming rows with
   `FOR UPDATE SKIP LOCKED`, so workers syncing at once never encode the same card twice.
 * **search** filters scope, session and tier in the `WHERE` of the same statement that orders by distance. A
-  scope (or session) with at most `PgConfig.exact_max` cards is searched exactly (its rows through the scope
-  b-tree, a distance for each — no HNSW candidate list to starve); a bigger one through HNSW with
+  scope (or session) of n cards in a table of N is searched exactly while n ≤ max(`PgConfig.exact_max`,
+  √(`PgConfig.exact_factor` · k · N)) (its rows through the scope b-tree, a distance for each — no HNSW candidate
+  list to starve; below that size cheaper than a filtered HNSW scan, which reads ~k · N / n rows); a bigger one
+  through HNSW with
   `hnsw.ef_search` raised by how small a share of the table the scope is (about 2k · table / scope, at least
   `PgConfig.ef_search`, at most 1000), and `hnsw.iterative_scan = strict_order` where pgvector ≥ 0.8 offers it.
   Without iterative scans (pgvector < 0.8, e.g. pgserver 0.1.4's 0.6.2) a scope too small a share of the table
