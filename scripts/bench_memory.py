@@ -475,7 +475,6 @@ def bench_backend_search(place: BackendPlace, n: int, queries: int, k: int = 30,
     near-equidistant cards each, whose exact top 30 beyond the planted card is decided by noise. PostgreSQL: a scope
     of more than `exact_max` (and at most 100k) cards is also measured on the path its search did not choose, and a
     scope on the HNSW path again at each `ef_sweep` value of `PgConfig.ef_search`."""
-    from damc.runtime.pgindex import _version
     from damc.runtime.scope import Scope
 
     rng = np.random.default_rng(0)
@@ -517,7 +516,7 @@ def bench_backend_search(place: BackendPlace, n: int, queries: int, k: int = 30,
                 path = "FAISS " + type(index._index).__name__
             else:   # the paths PgCardIndex.search took (exact / HNSW / HNSW redone exactly), counted over the queries
                 ef = f"HNSW (ef_search >= {store.config.ef_search}, m = {store.config.hnsw_m}" + \
-                     (", iterative scan)" if _version(store.pgvector_version) >= (0, 8) else ")")
+                     (", iterative scan)" if index.iterative_scans else ")")
                 names_of = {"exact": "exact (scope b-tree)", "hnsw": ef,
                             "hnsw+exact": "HNSW came back short, redone exactly"}
                 path = "; ".join(f"{names_of[p]} x{c}" for p, c in sorted(paths.items()))
@@ -526,8 +525,8 @@ def bench_backend_search(place: BackendPlace, n: int, queries: int, k: int = 30,
                     f"eps{EPS}_recall_at_{k}": round(float(np.mean(eps_recall)), 3)}
 
         out[name] = measure()
-        cfg = getattr(store, "config", None)
-        if place.backend == "postgres" and cfg.exact_max < len(members) <= 100_000:
+        cfg = store.config if place.backend == "postgres" else None
+        if cfg is not None and cfg.exact_max < len(members) <= 100_000:
             # the other path on the same queries, side by side: why the search chose its own (not for a scope of
             # more than 100k cards: an exact scan of it takes seconds a query)
             saved = (cfg.exact_max, cfg.exact_factor)
@@ -537,7 +536,7 @@ def bench_backend_search(place: BackendPlace, n: int, queries: int, k: int = 30,
                 cfg.exact_max = len(members)
             out[name]["other_path"] = measure()
             cfg.exact_max, cfg.exact_factor = saved
-        if place.backend == "postgres" and out[name]["path"].startswith("HNSW") and ef_sweep:
+        if cfg is not None and out[name]["path"].startswith("HNSW") and ef_sweep:
             saved_ef = cfg.ef_search            # recall against latency on the same queries, one ef_search each
             for ef in ef_sweep:
                 cfg.ef_search = ef

@@ -236,7 +236,7 @@ class PgCardIndex(CardIndex):
         # scan) puts far above the exact path's bound is not counted; any other is counted on the scope b-tree up to
         # that bound, so a search never counts a million-card scope row by row
         count_where, _ = filters_sql(scope, "tier = 'hot'", session_id=session_id)   # same args: no fixed ones
-        iterative = _version(self.store.pgvector_version) >= (0, 8)
+        iterative = self.iterative_scans
         with self.store.transaction(read_only=True) as c:
             total = int(c.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = 'damc_cards'::regclass"
                                   ).fetchone()[0] or 0)
@@ -275,6 +275,11 @@ class PgCardIndex(CardIndex):
                     rows = c.execute(exact, (q,) + args + (q, k)).fetchall()
                     self.last_search_path = "hnsw+exact"
         return (np.array([r[0] for r in rows], dtype=np.int64), np.array([r[1] for r in rows], dtype=np.float32))
+
+    @property
+    def iterative_scans(self) -> bool:
+        """Whether the server's pgvector (>= 0.8) offers iterative index scans (`hnsw.iterative_scan`)."""
+        return _version(self.store.pgvector_version) >= (0, 8)
 
     def explain_search(self, query_vec: np.ndarray, k: int, scope: Scope) -> str:
         """The server's plan for the exact and the HNSW form of a scoped search (for docs and debugging)."""

