@@ -129,13 +129,17 @@ def report(out_dir: Path, setting: str, labels: dict[str, str]) -> list[str]:
         FileNotFoundError: no results.json / records.jsonl in `out_dir`.
         ValueError: no row at `setting`, or records and results out of step.
     """
-    policies = json.loads((out_dir / "results.json").read_text())["policies"]
+    results = json.loads((out_dir / "results.json").read_text())
+    policies = results["policies"]
     rows = rows_at(policies, setting)
     if not any("@" + setting in k for k in policies):
         raise ValueError(f"{out_dir / 'results.json'}: no policy at setting {setting!r} "
                          f"(have {sorted({k.split('@', 1)[1] for k in policies})})")
     with open(out_dir / "records.jsonl") as fh:
         records = [json.loads(line) for line in fh if line.strip()]
+    if results.get("decision_ids") is not None:  # the run's own decisions (an earlier sample's records stay in the log)
+        wanted = set(results["decision_ids"])
+        records = [r for r in records if r["decision_id"] in wanted]
     scored = decisions(records, setting)
     return (table(rows, labels) + [""] + margins(rows) + paired(key_hits(records, setting), rows)
             + ([""] + scored if scored else []))

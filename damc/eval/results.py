@@ -75,7 +75,9 @@ def aggregate(records: Iterable[dict[str, Any]], decision_ids: Sequence[str], po
         if r["decision_id"] in wanted and r["policy"] in names:
             by.setdefault((r["policy"], str(r["setting"])), {})[r["decision_id"]] = r
     budgets = sorted({budget_of(s) for (_, s) in by if s != NO_BUDGET}, key=int)
-    res: dict[str, Any] = {"policies": {}, "paired": {}, "paired_full": {}, "config": config}
+    res: dict[str, Any] = {"policies": {}, "paired": {}, "paired_full": {}, "config": config,
+                           # the decisions these figures describe: records.jsonl may hold others (an earlier sample)
+                           "decision_ids": list(dict.fromkeys(decision_ids))}
     full = by.get((FULL, NO_BUDGET))
     for name in dict.fromkeys(policies):
         settings = sorted({s for (n, s) in by if n == name}, key=setting_order)

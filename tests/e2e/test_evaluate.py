@@ -68,7 +68,8 @@ def test_every_policy_end_to_end_writes_results_with_the_schema(pipeline, tmp_pa
     for f in ("results.json", "results.md", "pareto.png", "records.jsonl"):
         assert (out / f).stat().st_size > 0, f
     on_disk = json.loads((out / "results.json").read_text())
-    assert set(on_disk) == {"policies", "paired", "paired_full", "config", "pareto", "sensitivity"}
+    assert set(on_disk) == {"policies", "paired", "paired_full", "config", "pareto", "sensitivity", "decision_ids"}
+    assert len(on_disk["decision_ids"]) == 1 == len({r["decision_id"] for r in _records(out)})
     assert set(on_disk["policies"]) == {f"{p}@192" for p in ALL_POLICIES}
     for key, e in on_disk["policies"].items():
         assert e["n_failed"] == 0, (key, [r.get("error") for r in _records(out) if r.get("failed")])

@@ -48,6 +48,22 @@ def test_records_out_of_step_with_results_is_an_error(tmp_path):
         kt.report(_run(tmp_path, damc_rate=0.5), "1024/k4", {})
 
 
+def test_records_of_decisions_outside_the_run_are_left_out(tmp_path):
+    """An earlier sample's records stay in records.jsonl; results.json's `decision_ids` name the run's own."""
+    run = _run(tmp_path)
+    res = json.loads((run / "results.json").read_text())
+    (run / "results.json").write_text(json.dumps({**res, "decision_ids": [f"d{i}" for i in range(4)] + ["d9"]}))
+    with open(run / "records.jsonl", "a") as fh:   # a fifth key decision of an earlier sample: rrf hits, damc misses
+        for p in HITS:
+            fh.write(json.dumps({"policy": p, "setting": "1024/k4", "decision_id": "old", "history_key_ids": ["k"],
+                                 "failed": False, "kept_card_ids": ["k"] if p == "rrf" else ["x"]}) + "\n")
+    lines = kt.report(run, "1024/k4", {})
+    assert lines[-1] == "damc_a (3/4 hit): vs bm25 +2/−0, vs similarity +1/−0, vs rrf +2/−0"
+    (run / "results.json").write_text(json.dumps(res))   # an older results.json without ids: every record counts
+    with pytest.raises(ValueError, match="bm25: key hit 1/5 from records.jsonl"):
+        kt.report(run, "1024/k4", {})
+
+
 def test_unknown_setting_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="no policy at setting '512/k4'"):
         kt.report(_run(tmp_path), "512/k4", {})
