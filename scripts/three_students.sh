@@ -13,7 +13,7 @@
 # fixed; the student's dev key hit chooses among them) · SPLITS=runs/default_scorer/data · UNSEEN=runs/device_study/data
 # (the profile's airline and BFCL long_context test splits) · DRY_RUN=1 prints the commands and runs none.
 # Times on a 2-core AMX box (bf16): teacher labels 53 min (synthetic 320 decisions 44 min, retail 9 min), grounded
-# labels 2 min, each student ~6 min, the evaluations ~25 min.
+# labels 2 min, each student ~6 min, the evaluations ~20 min.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python )}
