@@ -5,7 +5,8 @@ by message in order (`observe`), and at each decision every policy builds its pr
 that memory's own `build_context` with their valuer (see `damc.eval.policies`), message policies from the
 messages. Deployable policies receive only a `DecisionView` (the messages before the decision and the tools);
 `oracle` and `damc_teacher` also get a `GoldView`. The decision LLM then scores the gold action against its
-distractors on each prompt (prompts that came out identical are scored once per decision).
+distractors on each prompt (prompts that came out identical are scored once per decision, also across runs: a
+prompt that a current record of the decision already scored is not scored again).
 
 Settings per card policy: every budget of `budgets`, then the `sweep` (top-k and value thresholds under one
 budget) — each once per `render` mode (`template` | `fields` | `raw`, the same for every card policy). One JSON record per
@@ -45,6 +46,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Sequence
 
 import numpy as np
@@ -372,6 +374,30 @@ def prefetch_cards(encoder: Any, episode: Any) -> int:
     return encoder.prefetch(episode_documents(episode)) if hasattr(encoder, "prefetch") else 0
 
 
+_MC_FIELDS = ("correct", "rank", "gold_logprob", "gold_logprob_per_token", "n_action_tokens", "normalised")
+
+
+def scored_prompts(log: RecordLog, units: list[Unit], d: Decision, cfg: Any) -> dict[str, dict[str, Any]]:
+    """The prompts this decision's current records already scored, by prompt hash (`score_prompt`'s cache): a unit
+    whose prompt comes out identical to one that another unit scored — in an earlier run of fewer policies, say —
+    reuses that score instead of a forward pass, as identical prompts within one run already do. Only records whose
+    fingerprint is current count: their data, distractors, filters and decision LLM are this run's own."""
+    score, em = bool(cfg.get("score", True)), bool(cfg.exact_match)
+    cache: dict[str, dict[str, Any]] = {}
+    for u in units:
+        if not log.done(u.name, u.key, d.decision_id, u.fingerprint, cfg.retry_failed):
+            continue
+        r = log.records[RecordLog.key(u.name, u.key, d.decision_id)]
+        if r.get("failed") or not r.get("prompt_hash") or (score and r.get("correct") is None) \
+                or (em and r.get("exact_match") is None):
+            continue
+        mc = SimpleNamespace(**{k: r.get(k) for k in _MC_FIELDS}) if score else None
+        cache.setdefault(r["prompt_hash"], {"mc": mc, "llm_ms": r.get("llm_ms") if score else None,
+                                            "prompt_tokens": r["prompt_tokens"], "em": r.get("exact_match"),
+                                            "hash": r["prompt_hash"]})
+    return cache
+
+
 def score_prompt(out: PolicyOutput, d: Decision, llm: DecisionLLM, cache: dict[str, dict[str, Any]],
                  do_exact_match: bool, score: bool = True) -> dict[str, Any]:
     """MC scores of the gold vs distractors on this prompt (identical prompts within a decision: once); with
@@ -440,7 +466,7 @@ def run_episode(decisions: list[Decision], units: list[Unit], valuers: dict[str,
             memory.observe(view.messages, view.session_id)  # ingestion is not a policy's overhead
             if not todo:
                 continue
-            cache: dict[str, dict[str, Any]] = {}
+            cache = scored_prompts(log, units, d, cfg)
             value_ms: dict[str, float] = {}
             gold_valuers: dict[str, Any] = {}
             for u in todo:

@@ -209,6 +209,33 @@ def test_a_killed_run_resumes_and_a_changed_setting_is_never_reused(pipeline, tm
     assert sorted(name for name, _ in calls) == ["recency", "window"]   # the recorded decision, both run again
 
 
+def test_a_prompt_an_earlier_run_scored_is_not_scored_again(pipeline, tmp_path, monkeypatch):
+    """A policy added to a finished run reuses the score of any identical prompt a current record of the same
+    decision holds (no forward pass), and scores only the prompts that are new."""
+    import damc.eval.harness as ev
+
+    out = tmp_path / "eval"
+    variant = f"+policy_options.damc_k={{policy: damc, scorer: {pipeline['scorer']}}}"   # same options: same prompts
+    ev.main(_eval_cfg(pipeline, out, "policies=[damc]", "budgets=[1024]", "max_decisions=2", variant))
+    first = {(r["decision_id"], r["prompt_hash"]) for r in _records(out)}
+    calls = []
+    real = ev.multiple_choice
+    monkeypatch.setattr(ev, "multiple_choice", lambda *a, **k: calls.append(1) or real(*a, **k))
+    res = ev.main(_eval_cfg(pipeline, out, "policies=[damc,damc_k,window]", "budgets=[1024]", "max_decisions=2",
+                            variant))
+    recs = {(r["policy"], r["decision_id"]): r for r in _records(out)}
+    ids = {did for _, did in recs}
+    assert len(ids) == 2
+    for did in ids:
+        a, b = recs[("damc", did)], recs[("damc_k", did)]
+        assert b["prompt_hash"] == a["prompt_hash"]
+        for k in ("correct", "rank", "gold_logprob", "gold_logprob_per_token", "normalised", "prompt_tokens"):
+            assert b[k] == a[k], k
+    new = {(r["decision_id"], r["prompt_hash"]) for r in recs.values()} - first
+    assert new and len(calls) == len(new)          # window's prompts only: damc_k's were already scored
+    assert res["policies"]["damc_k@1024"]["accuracy"] == res["policies"]["damc@1024"]["accuracy"]
+
+
 def test_sweeps_render_modes_and_variants_run_through_one_memory(pipeline, tmp_path):
     """Every sweep setting is its own prompt from one memory (selection only: `score=false` builds the same prompts
     as a scoring run — test_selection_only_… —, and the settings' operating points are tested in test_report)."""
