@@ -374,6 +374,7 @@ def prefetch_cards(encoder: Any, episode: Any) -> int:
     return encoder.prefetch(episode_documents(episode)) if hasattr(encoder, "prefetch") else 0
 
 
+# the multiple-choice score's fields a record carries (written by evaluate_unit, read back by scored_prompts)
 _MC_FIELDS = ("correct", "rank", "gold_logprob", "gold_logprob_per_token", "n_action_tokens", "normalised")
 
 
@@ -438,8 +439,7 @@ def evaluate_unit(unit: Unit, d: Decision, view: DecisionView, env: PolicyEnv, l
         text = {c.card_id: c.raw_text for c in d.cards}
         confusers = d.confuser_values()
         mc = hit["mc"]
-        rec.update({k: getattr(mc, k, None) for k in ("correct", "rank", "gold_logprob", "gold_logprob_per_token",
-                                                      "n_action_tokens", "normalised")})
+        rec.update({k: getattr(mc, k, None) for k in _MC_FIELDS})
         rec.update(failed=False, prompt_tokens=hit["prompt_tokens"], history_tokens=out.history_tokens,
                    overhead_ms=overhead, value_ms=first, llm_ms=hit["llm_ms"], exact_match=hit["em"],
                    kept_card_ids=out.kept_card_ids, n_candidates=len(out.candidate_ids), truncated=out.truncated,
