@@ -77,11 +77,12 @@ def cli() -> None:
 
     from damc.episodes import load_episodes
     from damc.eval.harness import select_decisions
+    from damc.eval.records import records_by_key
 
     cfg = OmegaConf.create({"data": {"tool_calls_only": True}, "n_distractors": 3, "seed": 0, "max_decisions": None,
                             "filters": {"key_cards_only": False, "memory_only": True, "min_history_cards": 0}})
     decisions = select_decisions(load_episodes(args.episodes), cfg, lambda text: len(text) // 4)  # counts unused here
-    records = (json.loads(line) for line in path.open() if line.strip())
+    records = records_by_key(args.run).values()   # repeats and a torn last line handled; the log left as it is
     counts = sources(records, decisions, args.policy, args.baseline, args.setting)
     print(json.dumps(dict(counts), indent=1))
 

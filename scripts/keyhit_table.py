@@ -135,8 +135,11 @@ def report(out_dir: Path, setting: str, labels: dict[str, str]) -> list[str]:
     if not any("@" + setting in k for k in policies):
         raise ValueError(f"{out_dir / 'results.json'}: no policy at setting {setting!r} "
                          f"(have {sorted({k.split('@', 1)[1] for k in policies})})")
-    with open(out_dir / "records.jsonl") as fh:
-        records = [json.loads(line) for line in fh if line.strip()]
+    from damc.eval.records import records_by_key
+
+    if not (out_dir / "records.jsonl").is_file():
+        raise FileNotFoundError(f"{out_dir / 'records.jsonl'}: no such file (run scripts/evaluate.py first)")
+    records = list(records_by_key(out_dir).values())   # failed ones left out; a torn last line skipped
     if results.get("decision_ids") is not None:  # the run's own decisions (an earlier sample's records stay in the log)
         wanted = set(results["decision_ids"])
         records = [r for r in records if r["decision_id"] in wanted]

@@ -19,19 +19,23 @@ RUN_CONFIG = "run_config.json"
 
 class RecordLog:
     """Append-only JSONL of per-decision records, fsync'd per record. On reopen, records are indexed by
-    (policy, setting, decision); `done` also requires the record's fingerprint to match the unit's."""
+    (policy, setting, decision); `done` also requires the record's fingerprint to match the unit's.
 
-    def __init__(self, path: Path):
+    A torn last line (a kill in the middle of an append) is dropped; the writer (`repair=True`, the harness) also cuts
+    it from the file so its next append starts on a line of its own. A reader (`repair=False`: reports, merges) never
+    writes: the line may be a record a running harness is appending right now."""
+
+    def __init__(self, path: Path, *, repair: bool = True):
         self.path = path
         self.records: dict[str, dict[str, Any]] = {}
         if not path.exists():
             return
         raw = path.read_bytes()
         if raw and not raw.endswith(b"\n"):
-            # a kill in the middle of an append left a torn last line: drop it (that record is redone)
-            raw = raw[: raw.rfind(b"\n") + 1]
-            with path.open("r+b") as fh:
-                fh.truncate(len(raw))
+            raw = raw[: raw.rfind(b"\n") + 1]  # that record is redone by the next run
+            if repair:
+                with path.open("r+b") as fh:
+                    fh.truncate(len(raw))
         for n, line in enumerate(raw.decode("utf-8").splitlines(), 1):
             try:
                 r = json.loads(line)
@@ -58,8 +62,8 @@ class RecordLog:
 
 def records_by_key(out_dir: str | os.PathLike) -> dict[tuple[str, str], dict[str, Any]]:
     """(policy@setting, decision_id) → the successful records of a harness run's `records.jsonl` (torn lines and
-    repeats handled by `RecordLog`): what the paired A/B scripts compare."""
-    rows = RecordLog(Path(out_dir) / "records.jsonl").records.values()
+    repeats handled by `RecordLog`, the file left as it is): what the paired A/B scripts compare."""
+    rows = RecordLog(Path(out_dir) / "records.jsonl", repair=False).records.values()
     return {(r["policy"] + "@" + r["setting"], r["decision_id"]): r for r in rows if not r.get("failed")}
 
 

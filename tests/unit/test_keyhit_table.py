@@ -82,3 +82,21 @@ def test_a_scored_run_adds_paired_accuracy_and_gold_log_likelihood(tmp_path):
     assert "(+2/−0)" in lines[0] and "gold LL/token +0.267 [" in lines[0]
     lo = float(lines[0].split("accuracy +0.333 [", 1)[1].split(",", 1)[0])
     assert 0.0 <= lo <= 0.333
+
+
+def test_a_torn_last_line_is_skipped_and_the_log_left_as_it_is(tmp_path):
+    """A report run beside a harness that is appending: the half-written record is not counted, nor cut."""
+    run = _run(tmp_path)
+    with open(run / "records.jsonl", "a") as fh:
+        fh.write('{"policy": "damc_a", "setting": "1024/k4", "decision_id": "d7", "history_ke')
+    before = (run / "records.jsonl").read_bytes()
+    lines = kt.report(run, "1024/k4", {})
+    assert lines[-1] == "damc_a (3/4 hit): vs bm25 +2/−0, vs similarity +1/−0, vs rrf +2/−0"
+    assert (run / "records.jsonl").read_bytes() == before
+
+
+def test_a_missing_records_file_is_a_clear_error(tmp_path):
+    run = _run(tmp_path)
+    (run / "records.jsonl").unlink()
+    with pytest.raises(FileNotFoundError, match="records.jsonl: no such file"):
+        kt.report(run, "1024/k4", {})
