@@ -8,7 +8,8 @@ candidate recall, all values, prompt confuser, median prompt tokens, n) of the s
 not sweepable, at its budget row —, each `damc*` policy's key hit minus max(bm25, similarity, rrf), and per baseline
 the decisions the policy hits and the baseline misses (+) and the reverse (−), recomputed from the records and
 checked against results.json. For a scored run (a decision LLM ran: records carry `correct`), each `damc*` policy
-minus each baseline in accuracy and gold log-prob per token, with a 95 % cluster-bootstrap interval (episodes).
+minus each baseline and each reference (`window` at the setting's budget, `full`) in accuracy and gold log-prob per
+token, with a 95 % cluster-bootstrap interval (episodes).
 It reformats and resamples what evaluate.py wrote; it runs no model.
 """
 
@@ -20,6 +21,9 @@ from pathlib import Path
 from typing import Any
 
 BASELINES = ("bm25", "similarity", "rrf")
+# the two references of a scored run, which take no top-k: compared at the setting's budget (`window`) or at none
+# (`full`, budget-free)
+REFERENCES = ("window", "full")
 
 
 def _f(x: Any) -> str:
@@ -91,19 +95,25 @@ def paired(hit: dict[str, dict[str, bool]], rows: dict[str, dict[str, Any]]) -> 
 
 
 def decisions(records: list[dict[str, Any]], setting: str) -> list[str]:
-    """Scored runs (records with `correct`): each `damc*` policy minus each retrieval baseline on the same decisions —
-    accuracy and the gold action's log-prob per token — with a 95 % bootstrap interval clustered by episode
-    (`damc.ranking.paired_bootstrap`, 2,000 resamples, seed 0) and the +wins / −losses in accuracy. None for a
-    selection-only run."""
+    """Scored runs (records with `correct`): each `damc*` policy minus each retrieval baseline and each reference
+    (`window` at the setting's budget, `full`) on the same decisions — accuracy and the gold action's log-prob per
+    token — with a 95 % bootstrap interval clustered by episode (`damc.ranking.paired_bootstrap`, 2,000 resamples,
+    seed 0) and the +wins / −losses in accuracy. None for a selection-only run."""
+    from damc.eval.results import NO_BUDGET
     from damc.ranking import paired_bootstrap
 
+    at: dict[str, set[str]] = {}   # setting → the comparison policies read at it
+    for where, names in ((setting, BASELINES), (setting.split("/", 1)[0], ("window",)), (NO_BUDGET, ("full",))):
+        at.setdefault(where, set()).update(names)
     by: dict[str, dict[str, dict[str, Any]]] = {}
     for r in records:
-        if r.get("setting") == setting and r.get("correct") is not None and not r.get("failed"):
+        if r.get("correct") is None or r.get("failed") or r.get("setting") not in at:
+            continue
+        if r["setting"] == setting and r["policy"].startswith("damc") or r["policy"] in at[r["setting"]]:
             by.setdefault(r["policy"], {})[r["decision_id"]] = r
     out = []
     for s in sorted(p for p in by if p.startswith("damc")):
-        for b in (b for b in BASELINES if b in by):
+        for b in (b for b in BASELINES + REFERENCES if b in by):
             ids = sorted(by[s].keys() & by[b].keys())
             eps = [by[s][i]["episode_id"] for i in ids]
             acc = paired_bootstrap([float(by[s][i]["correct"]) for i in ids], [float(by[b][i]["correct"]) for i in ids],

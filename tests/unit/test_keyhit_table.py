@@ -100,3 +100,20 @@ def test_a_missing_records_file_is_a_clear_error(tmp_path):
     (run / "records.jsonl").unlink()
     with pytest.raises(FileNotFoundError, match="records.jsonl: no such file"):
         kt.report(run, "1024/k4", {})
+
+
+@pytest.mark.parametrize("setting", ["1024/k4", "1024"])
+def test_damc_is_also_paired_with_window_at_its_budget_and_with_full(setting):
+    """`window` (at the setting's budget) and `full` (budget-free) take no top-k: their records are read at their own
+    settings; another budget's window and a failed record are left out."""
+    rows = {("damc_a", setting): [1, 1, 0, 1], ("rrf", setting): [1, 0, 0, 1], ("window", "1024"): [0, 0, 0, 1],
+            ("full", "none"): [1, 1, 1, 1], ("window", "512"): [1, 1, 1, 1]}
+    recs = [{"policy": p, "setting": st, "decision_id": f"d{i}", "episode_id": f"e{i // 2}", "failed": False,
+             "correct": bool(c), "gold_logprob_per_token": -1.0 + 0.5 * c} for (p, st), cs in rows.items()
+            for i, c in enumerate(cs)]
+    recs.append({"policy": "full", "setting": "none", "decision_id": "d4", "episode_id": "e2", "failed": True})
+    lines = kt.decisions(recs, setting)
+    assert [x.split(" on ")[0] for x in lines] == ["damc_a − rrf", "damc_a − window", "damc_a − full"]
+    assert lines[1].startswith("damc_a − window on 4 decisions (2 episodes): accuracy +0.500 [") and "(+2/−0)" in lines[1]
+    assert lines[2].startswith("damc_a − full on 4 decisions (2 episodes): accuracy -0.250 [") and "(+0/−1)" in lines[2]
+    assert "gold LL/token -0.125 [" in lines[2]
