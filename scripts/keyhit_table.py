@@ -32,8 +32,10 @@ def _f(x: Any) -> str:
 
 def rows_at(policies: dict[str, dict[str, Any]], setting: str) -> dict[str, dict[str, Any]]:
     """The policies' entries at `setting` (results.json `policies`, keyed NAME@SETTING); `oracle` at its budget."""
+    from damc.eval.results import budget_of
+
     rows = {k.split("@", 1)[0]: v for k, v in policies.items() if k.split("@", 1)[1] == setting}
-    budget = setting.split("/", 1)[0]
+    budget = budget_of(setting)
     if "oracle" not in rows and f"oracle@{budget}" in policies:
         rows["oracle"] = policies[f"oracle@{budget}"]
     return rows
@@ -99,17 +101,17 @@ def decisions(records: list[dict[str, Any]], setting: str) -> list[str]:
     (`window` at the setting's budget, `full`) on the same decisions — accuracy and the gold action's log-prob per
     token — with a 95 % bootstrap interval clustered by episode (`damc.ranking.paired_bootstrap`, 2,000 resamples,
     seed 0) and the +wins / −losses in accuracy. None for a selection-only run."""
-    from damc.eval.results import NO_BUDGET
+    from damc.eval.results import NO_BUDGET, budget_of
     from damc.ranking import paired_bootstrap
 
     at: dict[str, set[str]] = {}   # setting → the comparison policies read at it
-    for where, names in ((setting, BASELINES), (setting.split("/", 1)[0], ("window",)), (NO_BUDGET, ("full",))):
+    for where, names in ((setting, BASELINES), (budget_of(setting), ("window",)), (NO_BUDGET, ("full",))):
         at.setdefault(where, set()).update(names)
     by: dict[str, dict[str, dict[str, Any]]] = {}
     for r in records:
         if r.get("correct") is None or r.get("failed") or r.get("setting") not in at:
             continue
-        if r["setting"] == setting and r["policy"].startswith("damc") or r["policy"] in at[r["setting"]]:
+        if (r["setting"] == setting and r["policy"].startswith("damc")) or r["policy"] in at[r["setting"]]:
             by.setdefault(r["policy"], {})[r["decision_id"]] = r
     out = []
     for s in sorted(p for p in by if p.startswith("damc")):
