@@ -195,13 +195,14 @@ def default_points(results: dict[str, Any]) -> dict[str, str]:
 def operating_table(results: dict[str, Any], operating: dict[str, str], chosen_on_dev: bool = True) -> str:
     """Markdown, the headline of a test set: each policy (`HEADLINE` order first) at its operating point (chosen on
     dev, `damc.eval.results.operating_points`; or `default_points`) — accuracy with its paired Δ vs `window`, the
-    gold log-likelihood gain vs `window` and vs `full`, where memory matters, prompt tokens and the memory metrics;
+    gold log-likelihood gain vs `window` and vs `full`, the accuracy Δ vs `full` with the share of its prompt tokens
+    ("matches full history at a fraction of its tokens"), where memory matters, prompt tokens and the memory metrics;
     under it the smallest paired accuracy difference the set can detect."""
     n_key = max((e.get("n_key_decisions", 0) for e in results["policies"].values()), default=0)
     rows = [f"| policy | setting{' (chosen on dev)' if chosen_on_dev else ''} | accuracy (Δ vs window [95 % CI]) "
-            "| gold LL gain vs window | gold LL gain vs full | where memory matters "
-            f"({n_key} decisions): accuracy (Δ) | prompt tokens | key hit | candidate recall | confuser rate "
-            "| all values | prompt confuser |", "|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
+            "| gold LL gain vs window | gold LL gain vs full | Δ accuracy vs full (share of its tokens) "
+            f"| where memory matters ({n_key} decisions): accuracy (Δ) | prompt tokens | key hit | candidate recall "
+            "| confuser rate | all values | prompt confuser |", "|---|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
     names = [n for n in HEADLINE if n in operating] + [n for n in operating if n not in HEADLINE]
     for name in names:
         setting = operating[name]
@@ -214,7 +215,8 @@ def operating_table(results: dict[str, Any], operating: dict[str, str], chosen_o
             e.get("accuracy_key_decisions")) else "–"
         gain_w = "(baseline)" if name == "window" else _gain(p.get("ll_gain"))
         gain_f = "(baseline)" if name == "full" else _gain(pf.get("ll_gain"))
-        cells = [f"{e['accuracy']:.2f}{_delta(p)}", gain_w, gain_f, key, f"{e['prompt_tokens']:.0f}"] + [
+        acc_f = "(baseline)" if name == "full" else _vs_full(pf)
+        cells = [f"{e['accuracy']:.2f}{_delta(p)}", gain_w, gain_f, acc_f, key, f"{e['prompt_tokens']:.0f}"] + [
             f"{e[k]:.2f}" if _ok(e.get(k)) else "–"
             for k in ("key_hit", "candidate_recall", "confuser_rate", "all_values", "prompt_confuser_rate")]
         rows.append(f"| {name} | {setting} | " + " | ".join(cells) + " |")
@@ -230,9 +232,21 @@ def _gain(g: dict[str, Any] | None) -> str:
 
 def _delta(p: dict[str, Any] | None) -> str:
     """` (+0.05 [-0.02, +0.11])` from a paired entry, or "" when there is none."""
-    if not p or not _ok(p.get("accuracy_delta")):
+    return f" ({_delta_text(p)})" if _delta_text(p) else ""
+
+
+def _delta_text(p: dict[str, Any] | None) -> str:
+    """`+0.05 [-0.02, +0.11]` from a paired entry, or "" when there is none."""
+    if not p or not p.get("n", 1) or not _ok(p.get("accuracy_delta")):
         return ""
-    return f" ({p['accuracy_delta']:+.2f} [{p['ci'][0]:+.2f}, {p['ci'][1]:+.2f}])"
+    return f"{p['accuracy_delta']:+.2f} [{p['ci'][0]:+.2f}, {p['ci'][1]:+.2f}]"
+
+
+def _vs_full(pf: dict[str, Any]) -> str:
+    """`-0.10 [-0.14, -0.06] (×0.29)`: the paired accuracy Δ against `full` and the median share of its prompt
+    tokens, or "–" when no decision was scored by both."""
+    d = _delta_text(pf)
+    return f"{d} (×{pf['prompt_token_ratio']:.2f})" if d and _ok(pf.get("prompt_token_ratio")) else d or "–"
 
 
 def describe(results: dict[str, Any]) -> str:

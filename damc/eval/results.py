@@ -10,7 +10,10 @@
 * `paired["name@setting"]` — accuracy Δ against `window` at the same budget on the decisions both succeeded
   on (cluster bootstrap), the median per-decision prompt-token ratio, and `key_decisions`: the same Δ on the
   decisions where memory matters (a key card before the current user turn);
-* `paired[...]["ll_gain"]` and `paired_full["name@setting"]` — the **gold log-likelihood gain**: the paired
+* `paired_full["name@setting"]` — the same paired entry against `full` (verbatim history, budget-free): accuracy Δ
+  with its interval, `prompt_token_ratio` (the median share of `full`'s tokens: "matches full history at a fraction
+  of its tokens" is read here) and `ll_gain`;
+* `paired[...]["ll_gain"]` and `paired_full[...]["ll_gain"]` — the **gold log-likelihood gain**: the paired
   difference of the gold action's mean per-token log-prob (`gold_logprob_per_token`, nats per token, from the same
   forward pass that scores accuracy) against `window` at the same budget and against `full`, on the decisions both
   scored: mean with a cluster-bootstrap 95 % interval (episodes resampled) and the median. Records written before the
@@ -90,8 +93,7 @@ def aggregate(records: Iterable[dict[str, Any]], decision_ids: Sequence[str], po
             entry.update(policy=name, setting=s, budget=int(budget_of(s)))
             res["policies"][key] = entry
             if full and name != FULL:
-                res["paired_full"][key] = {"vs": f"{FULL}@{NO_BUDGET}",
-                                           "ll_gain": ll_gain(recs, full, decision_ids, n_boot, seed)}
+                res["paired_full"][key] = paired(recs, full, decision_ids, f"{FULL}@{NO_BUDGET}", n_boot, seed)
             base = by.get((BASELINE, budget_of(s)))
             if (name == BASELINE and s == budget_of(s)) or not base:
                 continue
@@ -198,10 +200,10 @@ def _f(x: Any, nd: int = 3) -> str:
 def results_table(results: dict[str, Any]) -> str:
     """The results as a Markdown table (one row per policy@setting, grouped by budget)."""
     rows = ["| policy | setting | accuracy [95% CI] | Δacc vs window [95% CI] | gold LL gain vs window [95% CI] "
-            "| gold LL gain vs full [95% CI] | tokens vs window | prompt tokens (median) "
+            "| gold LL gain vs full [95% CI] | Δacc vs full [95% CI] (tokens vs full) | tokens vs window | prompt tokens (median) "
             "| key hit | key recall | candidate recall | confuser rate | value recall | all values | prompt confuser "
             "| truncated | overhead ms p50 | LLM ms p50 | n | failed |",
-            "|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "|---|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     entries = sorted(results["policies"].items(), key=lambda kv: (kv[1]["budget"], setting_order(kv[1]["setting"]),
                                                                  kv[0]))
     front = set(results.get("pareto") or [])
@@ -215,9 +217,13 @@ def results_table(results: dict[str, Any]) -> str:
         gain_w = gain_text(p.get("ll_gain") if p else None) if not base else "(baseline)"
         gain_f = gain_text((results.get("paired_full") or {}).get(key, {}).get("ll_gain")) \
             if e["policy"] != FULL else "(baseline)"
+        pf = (results.get("paired_full") or {}).get(key)
+        acc_f = "(baseline)" if e["policy"] == FULL else (
+            f"{pf['accuracy_delta']:+.3f} [{_f(pf['ci'][0])}, {_f(pf['ci'][1])}] (×{_f(pf['prompt_token_ratio'], 2)})"
+            if pf and pf.get("n") and pf.get("accuracy_delta") is not None else "–")
         trunc = f"{e['n_truncated']}/{e['n_decisions']}" if "n_truncated" in e else "–"
         rows.append(f"| {e['policy']}{mark} | {e['setting']} | {_f(e['accuracy'])} [{_f(e['accuracy_ci'][0])}, "
-                    f"{_f(e['accuracy_ci'][1])}] | {delta} | {gain_w} | {gain_f} | {ratio} | {_f(e['prompt_tokens'], 0)} | "
+                    f"{_f(e['accuracy_ci'][1])}] | {delta} | {gain_w} | {gain_f} | {acc_f} | {ratio} | {_f(e['prompt_tokens'], 0)} | "
                     f"{_f(e.get('key_hit'), 2)} | {_f(e.get('key_recall'), 2)} | {_f(e.get('candidate_recall'), 2)} | "
                     f"{_f(e.get('confuser_rate'), 2)} | {_f(e.get('value_recall'), 2)} | {_f(e.get('all_values'), 2)} | "
                     f"{_f(e.get('prompt_confuser_rate'), 2)} | {trunc} | {_f(e['overhead_ms_p50'], 1)} | "

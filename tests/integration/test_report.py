@@ -203,7 +203,7 @@ def _two_decisions(with_field=True):
         for i, v in enumerate(vals):
             r = {"policy": pol, "setting": "none" if pol == "full" else "512", "decision_id": f"d{i}",
                  "episode_id": f"e{i}", "failed": False, "correct": pol != "window" or i == 0, "gold_logprob": 3 * v,
-                 "gold_logprob_per_token": v, "prompt_tokens": 100, "overhead_ms": 1.0, "llm_ms": 5.0,
+                 "gold_logprob_per_token": v, "prompt_tokens": 400 if pol == "full" else 100, "overhead_ms": 1.0, "llm_ms": 5.0,
                  "key_card_ids": [], "kept_card_ids": []}
             if not with_field:
                 r.pop("gold_logprob_per_token")
@@ -231,6 +231,14 @@ def test_the_gold_log_likelihood_gain_is_the_paired_per_token_difference():
     assert [ln.split(" | ")[0] for ln in text.splitlines() if ln.startswith("| ") and " | 512 | " in ln][:3] == \
         ["| window", "| full", "| damc"]                       # the headline order
     assert "not independent of the labels" in text
+    # "matches full history at a fraction of its tokens": accuracy Δ vs full and the share of full's tokens
+    pw = res["paired_full"]["window@512"]
+    assert pw["accuracy_delta"] == pytest.approx(-0.5) and pw["n"] == 2 and pw["prompt_token_ratio"] == 0.25
+    assert res["paired_full"]["damc@512"]["accuracy_delta"] == pytest.approx(0.0)
+    rows = {ln.split(" | ")[0]: ln for ln in text.splitlines() if " | 512 | " in ln}
+    assert "| -0.50 [-1.00, +0.00] (×0.25) |" in rows["| window"] and "| +0.00 [+0.00, +0.00] (×0.25) |" in rows["| damc"]
+    assert "| (baseline) | (baseline) |" in rows["| full"]
+    assert "| -0.500 [-1.000, 0.000] (×0.25) |" in next(ln for ln in table.splitlines() if ln.startswith("| window"))
     # records written before the field existed still aggregate: the columns read "–"
     old = _two_decisions(with_field=False)
     assert old["paired"]["damc@512"]["ll_gain"]["n"] == 0
