@@ -1,4 +1,5 @@
 """A/B of template lines vs field-level lines (`render=fields`) through the harness: see `damc.eval.renders`.
+`--table` pairs every rendering a finished run holds (fields, raw) with the template: accuracy and gold LL gain.
 
     python scripts/compare_renders.py OUT_DIR data.path=TEST.jsonl scorer=SCORER \
         'policies=[window,similarity,damc,oracle]' budgets=[1024] 'sweep.top_k=[4]' data.tool_calls_only=true

@@ -7,8 +7,10 @@ other setting equal, on the same decisions — through the harness, i.e. through
     python scripts/compare_renders.py --key-cards EPISODES.jsonl ...    # the key cards' lines alone (`key_card_lines`)
 
 One harness run with `render=[template,fields]` (resumable; records of an earlier run with the same settings —
-e.g. a study's template records copied into OUT_DIR — are reused) and one table: per policy@setting, accuracy
-with each rendering and the paired difference fields − template (cluster bootstrap over episodes), the same on the
+e.g. a study's template records copied into OUT_DIR — are reused) and one table. `--table` reads any finished run,
+whatever renderings it holds (`scripts/evaluate.py … 'render=[template,fields,raw]'`): per policy@setting and
+rendering other than the template, accuracy with each and the paired difference render − template (cluster
+bootstrap over episodes), the gold log-likelihood gain (nats per token, same bootstrap), the accuracy on the
 decisions where memory matters (a key card before the current user turn), and what the prompts hold — median
 tokens, `value_recall` (share of the gold's history-only values in the prompt), `all_values`, and
 `prompt_confuser` (a distractor's value in the prompt text).
@@ -25,6 +27,9 @@ from damc.eval.records import records_by_key
 from damc.ranking import paired_bootstrap
 
 RENDER = "fields"
+#: the harness's renderings of kept cards (`render=` in configs/evaluate.yaml), template first: the table pairs each
+#: other one found in a run's records with the template row of the same policy@setting
+RENDERS = ("template", "fields", "raw")
 
 
 def _mean(xs: list[Any], nd: int = 2) -> str:
@@ -32,32 +37,42 @@ def _mean(xs: list[Any], nd: int = 2) -> str:
     return f"{np.mean(xs):.{nd}f}" if xs else "–"
 
 
-def _delta(a: list[float], b: list[float], clusters: list[str]) -> str:
+def _delta(a: list[float], b: list[float], clusters: list[str], nd: int = 2) -> str:
+    """`+0.03 [-0.00, +0.06]`: the paired difference a − b, 95 % cluster-bootstrap interval (2,000 resamples)."""
     if not a or any(x is None for x in a + b):
         return "–"
-    p = paired_bootstrap(a, b, clusters=clusters, n_boot=2000)
-    return f"{p['delta']:+.2f} [{p['ci'][0]:+.2f}, {p['ci'][1]:+.2f}]"
+    p = paired_bootstrap([float(x) for x in a], [float(x) for x in b], clusters=clusters, n_boot=2000)
+    return f"{p['delta']:+.{nd}f} [{p['ci'][0]:+.{nd}f}, {p['ci'][1]:+.{nd}f}]"
 
 
 def table(out: Path) -> str:
-    """The Markdown table of one finished run with both renderings (see the module docstring)."""
+    """The Markdown table of one finished run with several renderings (see the module docstring): one row per
+    template `policy@setting` and other rendering found in the records (`fields`, `raw`), paired on the decisions
+    both scored — accuracy template → other with the Δ, the gold log-likelihood gain (nats per token; "–" for
+    selection-only runs), the same accuracy on the decisions where memory matters, and what the prompts hold."""
     recs = records_by_key(out)
-    keys = sorted({k for k, _ in recs if not k.endswith("/" + RENDER)})
-    head = ("| policy@setting | n | accuracy: template → fields (Δ [95 % CI]) | where memory matters: n, template → "
-            "fields (Δ) | prompt tokens | value recall (n) | all values | prompt confuser |")
-    lines = [f"**{out}**", "", head, "|---|---:|---|---|---|---|---|---|"]
-    for key in keys:
-        other = f"{key}/{RENDER}"   # Setting.key puts the render mode last
-        ids = sorted(d for k, d in recs if k == key and (other, d) in recs)
-        if not ids:
-            continue
+    pairs: dict[tuple[str, str], list[str]] = {}
+    for (k, d), r in recs.items():
+        render = r.get("render") or "template"
+        base = k.removesuffix("/" + render)
+        if render != "template" and base != k and (base, d) in recs:
+            pairs.setdefault((base, render), []).append(d)
+    head = ("| policy@setting | render | n | accuracy: template → render (Δ [95 % CI]) | gold LL gain (nats/token) "
+            "| where memory matters: n, template → render (Δ) | prompt tokens | value recall (n) | all values "
+            "| prompt confuser |")
+    lines = [f"**{out}**", "", head, "|---|---|---:|---|---|---|---|---|---|---|"]
+    for (key, render), ids in sorted(pairs.items(), key=lambda kv: (kv[0][0], RENDERS.index(kv[0][1])
+                                                                    if kv[0][1] in RENDERS else 99, kv[0][1])):
+        ids = sorted(ids)
         t = [recs[(key, d)] for d in ids]
-        f = [recs[(other, d)] for d in ids]
+        f = [recs[(f"{key}/{render}", d)] for d in ids]
         acc_t, acc_f = [r["correct"] for r in t], [r["correct"] for r in f]
         cl = [r["episode_id"] for r in t]
         mm = [i for i, r in enumerate(t) if r.get("memory_matters")]
         scored = all(x is not None for x in acc_t + acc_f)
         acc = (f"{np.mean(acc_t):.2f} → {np.mean(acc_f):.2f} ({_delta(acc_f, acc_t, cl)})" if scored else "–")
+        lt, lf = [r.get("gold_logprob_per_token") for r in t], [r.get("gold_logprob_per_token") for r in f]
+        ll = _delta(lf, lt, cl, nd=3) if scored else "–"
         acc_mm = (f"{len(mm)}: {np.mean([acc_t[i] for i in mm]):.2f} → {np.mean([acc_f[i] for i in mm]):.2f} "
                   f"({_delta([acc_f[i] for i in mm], [acc_t[i] for i in mm], [cl[i] for i in mm])})"
                   if scored and mm else "–")
@@ -66,7 +81,8 @@ def table(out: Path) -> str:
         allv = (_mean([None if v is None else float(v >= 1.0) for v in vt]) + " → " +
                 _mean([None if v is None else float(v >= 1.0) for v in vf]))
         lines.append(
-            f"| {key} | {len(ids)} | {acc} | {acc_mm} | {np.median([r['prompt_tokens'] for r in t]):.0f} → "
+            f"| {key} | {render} | {len(ids)} | {acc} | {ll} | {acc_mm} | "
+            f"{np.median([r['prompt_tokens'] for r in t]):.0f} → "
             f"{np.median([r['prompt_tokens'] for r in f]):.0f} | {_mean(vt)} → {_mean(vf)} "
             f"({sum(v is not None for v in vt)}) | {allv} | "
             f"{_mean([r.get('prompt_confuser') for r in t])} → {_mean([r.get('prompt_confuser') for r in f])} |")
