@@ -53,7 +53,8 @@ def table(out: Path) -> str:
     recs = records_by_key(out)
     pairs: dict[tuple[str, str], list[str]] = {}
     for (k, d), r in recs.items():
-        render = r.get("render") or "template"
+        tail = k.rsplit("/", 1)[-1]   # Setting.key puts the render mode last (records without the field)
+        render = r.get("render") or (tail if tail in RENDERS else "template")
         base = k.removesuffix("/" + render)
         if render != "template" and base != k and (base, d) in recs:
             pairs.setdefault((base, render), []).append(d)

@@ -39,3 +39,12 @@ def test_each_rendering_is_paired_with_the_template_row_of_its_setting(tmp_path)
 
 def test_a_run_with_one_other_rendering_has_one_row_per_setting(tmp_path):
     assert list(_run(tmp_path, with_raw=False)) == ["fields"]
+
+
+def test_records_without_the_render_field_pair_by_the_setting_suffix(tmp_path):
+    rows = _run(tmp_path)
+    path = tmp_path / "records.jsonl"
+    old = [{k: v for k, v in json.loads(x).items() if k != "render"} for x in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps(r) + "\n" for r in old))
+    again = {ln.split(" | ")[1]: ln.split(" | ") for ln in table(tmp_path).splitlines() if ln.startswith("| damc@")}
+    assert again == rows and list(again) == ["fields", "raw"]
