@@ -23,13 +23,11 @@ from typing import Any
 
 import numpy as np
 
+from damc.eval.policy_base import RENDERS
 from damc.eval.records import records_by_key
 from damc.ranking import paired_bootstrap
 
 RENDER = "fields"
-#: the harness's renderings of kept cards (`render=` in configs/evaluate.yaml), template first: the table pairs each
-#: other one found in a run's records with the template row of the same policy@setting
-RENDERS = ("template", "fields", "raw")
 
 
 def _mean(xs: list[Any], nd: int = 2) -> str:
@@ -56,15 +54,14 @@ def table(out: Path) -> str:
         tail = k.rsplit("/", 1)[-1]   # Setting.key puts the render mode last (records without the field)
         render = r.get("render") or (tail if tail in RENDERS else "template")
         base = k.removesuffix("/" + render)
-        if render != "template" and base != k and (base, d) in recs:
+        if render != "template" and render in RENDERS and base != k and (base, d) in recs:
             pairs.setdefault((base, render), []).append(d)
     head = ("| policy@setting | render | n | accuracy: template → render (Δ [95 % CI]) | gold LL gain (nats/token) "
             "| where memory matters: n, template → render (Δ) | prompt tokens | value recall (n) | all values "
             "| prompt confuser |")
     lines = [f"**{out}**", "", head, "|---|---|---:|---|---|---|---|---|---|---|"]
-    for (key, render), ids in sorted(pairs.items(), key=lambda kv: (kv[0][0], RENDERS.index(kv[0][1])
-                                                                    if kv[0][1] in RENDERS else 99, kv[0][1])):
-        ids = sorted(ids)
+    for (key, render) in sorted(pairs, key=lambda kr: (kr[0], RENDERS.index(kr[1]))):
+        ids = sorted(pairs[key, render])
         t = [recs[(key, d)] for d in ids]
         f = [recs[(f"{key}/{render}", d)] for d in ids]
         acc_t, acc_f = [r["correct"] for r in t], [r["correct"] for r in f]

@@ -215,12 +215,11 @@ def results_table(results: dict[str, Any]) -> str:
         ratio = _f(p["prompt_token_ratio"], 2) if p else "1.00" if base else "–"
         mark = " ◆" if key in front else ""
         gain_w = gain_text(p.get("ll_gain") if p else None) if not base else "(baseline)"
-        gain_f = gain_text((results.get("paired_full") or {}).get(key, {}).get("ll_gain")) \
-            if e["policy"] != FULL else "(baseline)"
-        pf = (results.get("paired_full") or {}).get(key)
+        pf = (results.get("paired_full") or {}).get(key) or {}
+        gain_f = gain_text(pf.get("ll_gain")) if e["policy"] != FULL else "(baseline)"
         acc_f = "(baseline)" if e["policy"] == FULL else (
             f"{pf['accuracy_delta']:+.3f} [{_f(pf['ci'][0])}, {_f(pf['ci'][1])}] (×{_f(pf['prompt_token_ratio'], 2)})"
-            if pf and pf.get("n") and pf.get("accuracy_delta") is not None else "–")
+            if pf.get("n") else "–")
         trunc = f"{e['n_truncated']}/{e['n_decisions']}" if "n_truncated" in e else "–"
         rows.append(f"| {e['policy']}{mark} | {e['setting']} | {_f(e['accuracy'])} [{_f(e['accuracy_ci'][0])}, "
                     f"{_f(e['accuracy_ci'][1])}] | {delta} | {gain_w} | {gain_f} | {acc_f} | {ratio} | {_f(e['prompt_tokens'], 0)} | "
